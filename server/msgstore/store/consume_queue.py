@@ -1,0 +1,321 @@
+"""Consume queues (STORE_SPEC §3.1): per (topic, queue id) an array of 20-byte units
+``[phy offset][size][tagsCode]`` so queue offset N lives at byte N×20."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .clock import Clock
+from .segment import Segment, Syncer, msync
+from .segment_queue import SegmentQueue
+
+log = logging.getLogger(__name__)
+
+UNIT = 20
+FILLER_SIZE = 0x7FFFFFFF
+_UNIT = struct.Struct(">qiq")
+FILLER = _UNIT.pack(0, FILLER_SIZE, 0)
+UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tag", ">i8")])
+
+
+def is_filler(phy: int, size: int) -> bool:
+    return phy == 0 and size == FILLER_SIZE
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, root: str, file_size: int, *, clock: Clock, syncer: Syncer = msync):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.segments = SegmentQueue(os.path.join(root, topic, str(queue_id)), file_size, clock=clock, syncer=syncer)
+        self.max_phy_offset = -1  # phy offset + size of the last real unit (duplicate detection)
+        self.min_logic_offset = 0  # in bytes
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ load and recover
+
+    def load(self) -> None:
+        self.segments.load()
+
+    def recover(self) -> None:
+        """Scan from the third-last segment to the first invalid unit; that is the end."""
+        segs = self.segments.segments
+        if not segs:
+            return
+        idx = max(0, len(segs) - 3)
+        end = segs[idx].start
+        last_real = None
+        while idx < len(segs):
+            seg = segs[idx]
+            units = np.frombuffer(seg.read(0, self.file_size), dtype=UNIT_DTYPE)
+            valid = (units["phy"] >= 0) & (units["size"] > 0)
+            n_valid = len(units) if valid.all() else int(np.argmin(valid))
+            real = np.nonzero(~((units["phy"][:n_valid] == 0) & (units["size"][:n_valid] == FILLER_SIZE)))[0]
+            if len(real):
+                u = units[real[-1]]
+                last_real = int(u["phy"]) + int(u["size"])
+            end = seg.start + n_valid * UNIT
+            if n_valid * UNIT < self.file_size:
+                break
+            idx += 1
+        if last_real is not None:
+            self.max_phy_offset = last_real
+        self.segments.truncate_dirty(end)
+        for seg in self.segments.segments[:-1]:
+            seg.close_writer()
+        self.segments.set_positions_after_recovery(end)
+        first = self.segments.first()
+        if first is not None:
+            self.min_logic_offset = first.start
+
+    # ------------------------------------------------------------------ writing
+
+    def put_units(self, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray, first_queue_offset: int) -> int:
+        """Write units for consecutive queue offsets; returns how many were written.
+
+        Units whose ``phy + size`` is within the already dispatched range are duplicates and
+        skipped, which makes re-dispatch after recovery idempotent.
+        """
+        with self._lock:
+            keep = (phys + sizes) > self.max_phy_offset
+            if not keep.all():
+                first_kept = int(np.argmax(keep)) if keep.any() else len(keep)
+                if not keep[first_kept:].all():  # interleaved duplicates: keep order, drop them
+                    return self._put_each(phys, sizes, tags, first_queue_offset, keep)
+                phys, sizes, tags = phys[first_kept:], sizes[first_kept:], tags[first_kept:]
+                first_queue_offset += first_kept
+            n = len(phys)
+            if n == 0:
+                return 0
+            units = np.empty(n, dtype=UNIT_DTYPE)
+            units["phy"] = phys
+            units["size"] = sizes
+            units["tag"] = tags
+            self._write(first_queue_offset * UNIT, units.tobytes())
+            self.max_phy_offset = int(phys[-1]) + int(sizes[-1])
+            return n
+
+    def _put_each(self, phys, sizes, tags, first_queue_offset, keep) -> int:
+        written = 0
+        for i in range(len(phys)):
+            if keep[i] and int(phys[i]) + int(sizes[i]) > self.max_phy_offset:
+                self._write((first_queue_offset + i) * UNIT, _UNIT.pack(int(phys[i]), int(sizes[i]), int(tags[i])))
+                self.max_phy_offset = int(phys[i]) + int(sizes[i])
+                written += 1
+        return written
+
+    def put_unit(self, phy: int, size: int, tag: int, queue_offset: int) -> bool:
+        return self.put_units(np.array([phy], np.int64), np.array([size], np.int64), np.array([tag], np.int64), queue_offset) == 1
+
+    def _write(self, logic_offset: int, data: bytes) -> None:
+        """Place ``data`` at ``logic_offset``, splitting at segment ends and filling gaps."""
+        current = self.segments.max_wrote_offset()
+        if self.segments.last() is None and logic_offset > 0:
+            # First segment ever for this queue starts mid-way: fill the units before with
+            # [0][0x7FFFFFFF][0] so the file stays scannable (they never raise max phy).
+            start = logic_offset - logic_offset % self.file_size
+            seg = self.segments.create(start)
+            pre = logic_offset - start
+            if pre:
+                seg.write_at(0, FILLER * (pre // UNIT))
+            self.min_logic_offset = logic_offset
+            self.segments.set_positions_after_recovery(logic_offset)
+            current = logic_offset
+        elif logic_offset < current:
+            log.debug("%s/%d: unit at %d already written (current %d), skipped", self.topic, self.queue_id, logic_offset, current)
+            n_skip = min(len(data), current - logic_offset)
+            data = data[n_skip:]
+            logic_offset += n_skip
+            if not data:
+                return
+        elif logic_offset > current:
+            log.error("%s/%d: gap in queue offsets (%d units missing); filled", self.topic, self.queue_id, (logic_offset - current) // UNIT)
+            self._write(current, FILLER * ((logic_offset - current) // UNIT))
+        view = memoryview(data)
+        pos = logic_offset
+        while len(view):
+            last = self.segments.last()
+            if last is None or last.full or pos >= last.start + self.file_size:
+                if last is not None:
+                    last.close_writer()
+                last = self.segments.create(pos - pos % self.file_size)
+            room = last.start + self.file_size - pos
+            chunk = view[:room]
+            last.write_at(pos - last.start, chunk)
+            pos += len(chunk)
+            view = view[len(chunk):]
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // UNIT
+
+    @property
+    def max_offset(self) -> int:
+        """Next queue offset to be written."""
+        return self.segments.max_wrote_offset() // UNIT
+
+    def unit(self, offset: int) -> tuple[int, int, int] | None:
+        pos = offset * UNIT
+        seg = self.segments.find(pos)
+        if seg is None or pos - seg.start + UNIT > seg.wrote:
+            return None
+        return _UNIT.unpack(seg.read(pos - seg.start, UNIT))
+
+    def units(self, offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to ``max_count`` units from ``offset`` inside one segment (a pull never needs more)."""
+        pos = offset * UNIT
+        seg = self.segments.find(pos)
+        if seg is None:
+            return []
+        rel = pos - seg.start
+        n = min(max_count, (seg.wrote - rel) // UNIT)
+        if n <= 0:
+            return []
+        return list(_UNIT.iter_unpack(seg.read(rel, n * UNIT)))
+
+    def units_array(self, offset: int, max_count: int) -> np.ndarray:
+        pos = offset * UNIT
+        seg = self.segments.find(pos)
+        if seg is None:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        rel = pos - seg.start
+        n = min(max_count, (seg.wrote - rel) // UNIT)
+        if n <= 0:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        return np.frombuffer(seg.read(rel, n * UNIT), dtype=UNIT_DTYPE)
+
+    def iter_units(self, start: int) -> Iterator[tuple[int, int, int, int]]:
+        """(queue offset, phy, size, tag) from ``start`` to the end."""
+        off = max(start, self.min_offset)
+        end = self.max_offset
+        while off < end:
+            batch = self.units(off, 4096)
+            if not batch:
+                break
+            for phy, size, tag in batch:
+                yield off, phy, size, tag
+                off += 1
+
+    def last_unit_phy(self, seg: Segment) -> int:
+        pos = seg.wrote - UNIT
+        if pos < 0:
+            return -1
+        return _UNIT.unpack(seg.read(pos, UNIT))[0]
+
+    # ------------------------------------------------------------------ maintenance
+
+    def truncate_dirty(self, phy_end: int) -> None:
+        """Drop units pointing at or past the recovered commit-log end."""
+        with self._lock:
+            segs = self.segments.segments
+            cut = None
+            for seg in reversed(segs):
+                units = np.frombuffer(seg.read(0, seg.wrote), dtype=UNIT_DTYPE) if seg.wrote else np.empty(0, UNIT_DTYPE)
+                real = ~((units["phy"] == 0) & (units["size"] == FILLER_SIZE))
+                bad = (units["phy"] >= phy_end) & real
+                if not bad.any():
+                    cut = seg.start + seg.wrote if cut is None else cut
+                    break
+                first_bad = int(np.argmax(bad))
+                cut = seg.start + first_bad * UNIT
+                if first_bad > 0:
+                    break
+            if cut is None:
+                return
+            if cut < self.segments.max_wrote_offset():
+                self.segments.truncate_dirty(cut)
+                self.segments.set_positions_after_recovery(cut)
+            self.max_phy_offset = -1
+            for seg in reversed(self.segments.segments):
+                if seg.wrote:
+                    units = np.frombuffer(seg.read(0, seg.wrote), dtype=UNIT_DTYPE)
+                    real = np.nonzero(~((units["phy"] == 0) & (units["size"] == FILLER_SIZE)))[0]
+                    if len(real):
+                        u = units[real[-1]]
+                        self.max_phy_offset = int(u["phy"]) + int(u["size"])
+                        break
+            if self.segments.last() is None:
+                self.min_logic_offset = 0
+
+    def correct_min_offset(self, cl_min: int) -> None:
+        """Move the min offset to the first real unit whose data is still in the commit log."""
+        for seg in self.segments.segments:
+            if seg.wrote == 0:
+                continue
+            units = np.frombuffer(seg.read(0, seg.wrote), dtype=UNIT_DTYPE)
+            ok = (units["phy"] >= cl_min) & (units["size"] != FILLER_SIZE) & (units["size"] > 0)
+            if ok.any():
+                self.min_logic_offset = seg.start + int(np.argmax(ok)) * UNIT
+                return
+        self.min_logic_offset = self.segments.max_wrote_offset()
+
+    def delete_expired(self, cl_min: int) -> int:
+        return self.segments.delete_expired_by_offset(cl_min, self.last_unit_phy)
+
+    def flush(self, least_pages: int) -> bool:
+        return self.segments.flush(least_pages)
+
+    def flush_all(self) -> None:
+        for seg in self.segments.segments:
+            seg.flush(0)
+        last = self.segments.last()
+        if last is not None:
+            self.segments.flushed_where = last.start + last.wrote
+
+    def destroy(self) -> None:
+        self.segments.destroy_all()
+        self.max_phy_offset = -1
+        self.min_logic_offset = 0
+
+    def close(self) -> None:
+        self.segments.close()
+
+    def offset_by_time(self, timestamp: int, upper: bool, store_time_at: Callable[[int, int], int | None]) -> int:
+        """Binary search on store timestamps (monotone with queue offset).
+
+        LOWER: earliest unit with time ≥ t; UPPER: latest unit with time ≤ t; clamped to
+        [min, max]. ``store_time_at(phy, size)`` reads a record's store time, None if deleted.
+        """
+        lo, hi = self.min_offset, self.max_offset - 1
+        if hi < lo:
+            return self.min_offset
+        # skip units whose data is gone
+        while lo <= hi:
+            u = self.unit(lo)
+            if u is not None and not is_filler(u[0], u[1]) and store_time_at(u[0], u[1]) is not None:
+                break
+            lo += 1
+        if lo > hi:
+            return self.max_offset
+        result = None
+        a, b = lo, hi
+        while a <= b:
+            mid = (a + b) // 2
+            u = self.unit(mid)
+            t = store_time_at(u[0], u[1]) if u else None
+            if t is None:
+                a = mid + 1
+                continue
+            if upper:
+                if t <= timestamp:
+                    result = mid
+                    a = mid + 1
+                else:
+                    b = mid - 1
+            else:
+                if t >= timestamp:
+                    result = mid
+                    b = mid - 1
+                else:
+                    a = mid + 1
+        if result is None:
+            return lo if upper else self.max_offset
+        return result

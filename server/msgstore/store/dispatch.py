@@ -1,0 +1,254 @@
+"""Turning commit-log records into consume-queue units and index entries (STORE_SPEC §6).
+
+The dispatcher follows the commit log in order up to a bound (the max offset under
+ASYNC_FLUSH, the flushed offset under SYNC_FLUSH, so consumers never see unflushed messages in
+sync mode). The put path leaves a *hint* per batch, the fields it already knows, so the common
+case needs no re-parsing; anything without a hint (recovery, a dropped hint) is parsed from the
+commit log. Dispatch is idempotent: consume queues skip units they already hold and the index
+skips records below its last offset.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from . import codec
+from .results import Unavailable
+from .service import ServiceThread
+
+if TYPE_CHECKING:
+    from .store import MessageStore
+
+log = logging.getLogger(__name__)
+
+MAX_HINTS = 65536
+PARSE_CHUNK = 4096  # records parsed per dispatch step
+POLL_INTERVAL = 0.001  # seconds between looks at the commit log
+
+
+@dataclass(slots=True)
+class Hint:
+    """What the put path knows about a batch it just appended."""
+
+    phy: int
+    end: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    sizes: list[int]
+    tags_codes: list[int]
+    key_hashes: list[int]
+    key_owner: list[int]
+    sys_flags: list[int]
+    takes_offset: list[bool]
+
+    @property
+    def count_offsets_all(self) -> bool:
+        return all(self.takes_offset)
+
+
+ArrivalListener = Callable[[str, int, int], None]
+
+
+class Dispatcher(ServiceThread):
+    name = "dispatch"
+
+    def __init__(self, store: "MessageStore"):
+        super().__init__()
+        self.store = store
+        self.reput_from = 0
+        self.logics_timestamp = 0
+        self._hints: collections.deque[Hint] = collections.deque()
+        self._hint_lock = threading.Lock()
+        self.listeners: list[ArrivalListener] = []
+        self._idle = threading.Condition()
+        self.failures = 0
+
+    # ------------------------------------------------------------------ hints
+
+    def add_hint(self, hint: Hint) -> None:
+        with self._hint_lock:
+            if len(self._hints) >= MAX_HINTS:
+                self._hints.clear()  # far behind: parse from the commit log instead
+            self._hints.append(hint)
+
+    def clear_hints(self) -> None:
+        with self._hint_lock:
+            self._hints.clear()
+
+    def _hint_at(self, offset: int, bound: int) -> Hint | None:
+        with self._hint_lock:
+            hints = self._hints
+            while hints and hints[0].phy < offset:
+                hints.popleft()
+            if hints and hints[0].phy == offset and hints[0].end <= bound:
+                return hints.popleft()
+        return None
+
+    # ------------------------------------------------------------------ the loop
+
+    def bound(self) -> int:
+        cl = self.store.commitlog
+        if self.store.config.flushDiskType == "SYNC_FLUSH":
+            return min(cl.flushed_offset, cl.max_offset)
+        return cl.max_offset
+
+    @property
+    def behind_bytes(self) -> int:
+        return max(0, self.bound() - self.reput_from)
+
+    def cycle(self) -> None:
+        self.wait(POLL_INTERVAL)
+        self.dispatch_available()
+
+    def dispatch_available(self) -> None:
+        try:
+            self._dispatch_to(self.bound())
+            if self.failures:
+                self.failures = 0
+                self.store.clear_unavailable(Unavailable.LOGICS_QUEUE_ERROR)
+                self.store.clear_unavailable(Unavailable.INDEX_FILE_ERROR)
+        except OSError as e:
+            # A full disk while writing a queue or the index: refuse writes, retry later from
+            # the same offset (dispatch is idempotent).
+            self.failures += 1
+            log.error("dispatch failed at %d: %s", self.reput_from, e)
+            self.store.mark_unavailable(Unavailable.LOGICS_QUEUE_ERROR)
+            self._stopped.wait(min(1.0, 0.05 * self.failures))
+        with self._idle:
+            self._idle.notify_all()
+
+    def _dispatch_to(self, bound: int) -> None:
+        cl = self.store.commitlog
+        while self.reput_from < bound and not self.stopped:
+            cl_min = cl.min_offset
+            if self.reput_from < cl_min:
+                log.warning("dispatcher fell behind deleted segments; jumping from %d to %d", self.reput_from, cl_min)
+                self.reput_from = cl_min
+                continue
+            hint = self._hint_at(self.reput_from, bound)
+            if hint is not None:
+                self.apply_hint(hint)
+                self.reput_from = hint.end
+                continue
+            if not self._dispatch_parsed(bound):
+                break
+
+    def _dispatch_parsed(self, bound: int) -> bool:
+        """Parse records at ``reput_from``; False when nothing could be done (wait)."""
+        cl = self.store.commitlog
+        seg = cl.segments.find(self.reput_from)
+        if seg is None or not seg.hold():
+            return False
+        try:
+            pos = self.reput_from - seg.start
+            limit = min(seg.read_position, bound - seg.start)
+            cols, end, stop, bad_size = codec.scan_records(seg.mm, pos, limit, False, seg.start, PARSE_CHUNK)
+        finally:
+            seg.release()
+        next_offset = seg.start + end
+        if stop == "blank":  # the rest of this segment is empty
+            next_offset = seg.start + seg.size
+        elif stop == "bad":
+            if bad_size > 0:
+                log.error("[BUG] record at %d has an inconsistent length; skipped", seg.start + end)
+                next_offset = seg.start + end + bad_size
+            elif seg.full:
+                log.error("unreadable record at %d; skipping the rest of its segment", seg.start + end)
+                next_offset = seg.start + seg.size
+            else:
+                log.error("unreadable record at %d; dispatch waits", seg.start + end)
+        if len(cols):
+            self.apply_columns(cols)
+        moved = next_offset != self.reput_from
+        self.reput_from = next_offset
+        return moved
+
+    # ------------------------------------------------------------------ applying
+
+    def apply_hint(self, h: Hint) -> None:
+        store = self.store
+        n = len(h.sizes)
+        sizes = np.asarray(h.sizes, dtype=np.int64)
+        phys = np.empty(n, dtype=np.int64)
+        phys[0] = h.phy
+        if n > 1:
+            np.cumsum(sizes[:-1], out=phys[1:])
+            phys[1:] += h.phy
+        tags = np.asarray(h.tags_codes, dtype=np.int64)
+        cq = store.consume_queue(h.topic, h.queue_id, create=True)
+        if h.count_offsets_all:
+            cq.put_units(phys, sizes, tags, h.queue_offset)
+        else:
+            mask = np.asarray(h.takes_offset, dtype=bool)
+            if mask.any():
+                cq.put_units(phys[mask], sizes[mask], tags[mask], h.queue_offset)
+        if h.key_hashes and store.config.messageIndexEnable:
+            owner = np.asarray(h.key_owner, dtype=np.int64)
+            flags = np.asarray(h.sys_flags, dtype=np.int64)[owner]
+            store.index.add(np.asarray(h.key_hashes, dtype=np.int64), phys[owner],
+                            np.full(len(owner), h.store_timestamp, dtype=np.int64), flags)
+        self.logics_timestamp = h.store_timestamp
+        self._notify(h.topic, h.queue_id, cq.max_offset)
+
+    def apply_columns(self, cols: codec.Columns, index: bool = True) -> None:
+        """Dispatch parsed records: consume-queue units per queue, index entries per key."""
+        store = self.store
+        n = len(cols)
+        if n == 0:
+            return
+        t = cols.sys_flags & codec.TRANSACTION_MASK
+        idx = np.nonzero((t == codec.TRANSACTION_NOT_TYPE) | (t == codec.TRANSACTION_COMMIT))[0]
+        touched = []
+        if len(idx):
+            group_key = (cols.topic_ids[idx].astype(np.int64) << 32) | cols.queue_ids[idx].astype(np.int64) & 0xFFFFFFFF
+            order = np.argsort(group_key, kind="stable")
+            sorted_keys = group_key[order]
+            bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
+            for sel in np.split(idx[order], bounds):
+                topic = cols.topic_names[cols.topic_ids[sel[0]]]
+                qid = int(cols.queue_ids[sel[0]])
+                if codec.topic_error(topic) is not None or qid < 0:
+                    log.error("record at %d has an illegal topic %r or queue %d; not dispatched", cols.phys[sel[0]], topic, qid)
+                    continue
+                cq = store.consume_queue(topic, qid, create=True)
+                q = cols.queue_offsets[sel]
+                breaks = np.flatnonzero(np.diff(q) != 1) + 1  # runs of consecutive queue offsets
+                for run in np.split(np.arange(len(sel)), breaks):
+                    r = sel[run]
+                    cq.put_units(cols.phys[r], cols.sizes[r].astype(np.int64), cols.tags_codes[r], int(q[run[0]]))
+                touched.append((topic, qid, cq))
+        if index and len(cols.key_hashes) and store.config.messageIndexEnable:
+            owner = cols.key_owner
+            store.index.add(cols.key_hashes, cols.phys[owner], cols.store_timestamps[owner], cols.sys_flags[owner].astype(np.int64))
+        self.logics_timestamp = int(cols.store_timestamps[-1])
+        for topic, qid, cq in touched:
+            self._notify(topic, qid, cq.max_offset)
+
+    def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for listener in self.listeners:
+            try:
+                listener(topic, queue_id, max_offset)
+            except Exception:
+                log.exception("arrival listener failed")
+
+    def wait_dispatched(self, offset: int, timeout: float) -> bool:
+        """Block until everything below ``offset`` is dispatched (tests, shutdown)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self.reput_from < offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.wakeup()
+                self._idle.wait(min(left, 0.05))
+        return True

@@ -1,0 +1,255 @@
+"""Metadata JSON files under ``config/`` (STORE_SPEC §10): topics, consumer offsets,
+subscription groups and the persisted store configuration.
+
+Every file is written atomically (new file, fsync, rename) with the previous version kept as
+``<file>.bak``; loading falls back to the ``.bak`` when the file is missing or unparseable, so
+a crash mid-write never loses the metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PERM_READ = 4
+PERM_WRITE = 2
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if _parses(path):  # a corrupt current file must never replace a good backup
+        os.replace(path, path + ".bak")
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parses(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            json.loads(f.read())
+        return True
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+
+def read_json(path: str) -> Any | None:
+    """The file's JSON, else its ``.bak``'s, else None."""
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, "rb") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            continue
+        except (ValueError, UnicodeDecodeError) as e:
+            log.error("%s is unreadable (%s); trying the backup", candidate, e)
+            continue
+    return None
+
+
+class JsonFile:
+    """One metadata file with a lock, a dirty flag and atomic persistence."""
+
+    name = ""
+
+    def __init__(self, config_dir: str):
+        self.path = os.path.join(config_dir, self.name)
+        self.lock = threading.RLock()
+        self.dirty = False
+        self.data_version = 0
+
+    def load(self) -> None:
+        raw = read_json(self.path)
+        if raw is not None:
+            self.decode(raw)
+
+    def persist(self) -> None:
+        with self.lock:
+            payload = json.dumps(self.encode(), indent=2, sort_keys=True).encode()
+            self.dirty = False
+        write_atomic(self.path, payload)
+
+    def persist_if_dirty(self) -> None:
+        if self.dirty:
+            self.persist()
+
+    def decode(self, raw: Any) -> None:
+        raise NotImplementedError
+
+    def encode(self) -> Any:
+        raise NotImplementedError
+
+
+@dataclass
+class TopicConfig:
+    name: str
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: int = PERM_READ | PERM_WRITE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topicName": self.name, "readQueueNums": self.read_queue_nums, "writeQueueNums": self.write_queue_nums,
+                "perm": self.perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TopicConfig":
+        return cls(d["topicName"], int(d.get("readQueueNums", 8)), int(d.get("writeQueueNums", 8)), int(d.get("perm", 6)))
+
+
+class TopicTable(JsonFile):
+    """``topics.json``: topic → queue counts and permissions (RocketMQ's topicConfigTable)."""
+
+    name = "topics.json"
+
+    def __init__(self, config_dir: str):
+        super().__init__(config_dir)
+        self.topics: dict[str, TopicConfig] = {}
+
+    def decode(self, raw: Any) -> None:
+        table = raw.get("topicConfigTable", {})
+        self.topics = {name: TopicConfig.from_json(d) for name, d in table.items()}
+        self.data_version = int(raw.get("dataVersion", {}).get("counter", 0))
+
+    def encode(self) -> Any:
+        return {"topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
+                "dataVersion": {"counter": self.data_version}}
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def put(self, cfg: TopicConfig) -> TopicConfig:
+        with self.lock:
+            self.topics[cfg.name] = cfg
+            self.data_version += 1
+            self.dirty = True
+        self.persist()
+        return cfg
+
+    def delete(self, topic: str) -> bool:
+        with self.lock:
+            gone = self.topics.pop(topic, None) is not None
+            if gone:
+                self.data_version += 1
+                self.dirty = True
+        if gone:
+            self.persist()
+        return gone
+
+
+class ConsumerOffsets(JsonFile):
+    """``consumerOffset.json``: ``"topic@group"`` → queue id → next offset to consume."""
+
+    name = "consumerOffset.json"
+
+    def __init__(self, config_dir: str):
+        super().__init__(config_dir)
+        self.table: dict[str, dict[int, int]] = {}
+
+    def decode(self, raw: Any) -> None:
+        table = raw.get("offsetTable", {})
+        self.table = {k: {int(q): int(o) for q, o in v.items()} for k, v in table.items()}
+
+    def encode(self) -> Any:
+        return {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}}
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self.lock:
+            self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """-1 when the group never committed for this queue."""
+        with self.lock:
+            return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def groups_of(self, topic: str) -> list[str]:
+        with self.lock:
+            return sorted(k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic)
+
+    def offsets_of_group(self, group: str) -> dict[str, dict[int, int]]:
+        """topic → queue → offset for one group."""
+        with self.lock:
+            out: dict[str, dict[int, int]] = {}
+            for k, v in self.table.items():
+                topic, _, g = k.partition("@")
+                if g == group:
+                    out[topic] = dict(v)
+            return out
+
+    def drop_topic(self, topic: str) -> None:
+        with self.lock:
+            for k in [k for k in self.table if k.split("@", 1)[0] == topic]:
+                del self.table[k]
+                self.dirty = True
+
+
+class SubscriptionGroups(JsonFile):
+    """``subscriptionGroup.json``: the consumer groups known to the store."""
+
+    name = "subscriptionGroup.json"
+
+    def __init__(self, config_dir: str):
+        super().__init__(config_dir)
+        self.groups: dict[str, dict[str, Any]] = {}
+
+    def decode(self, raw: Any) -> None:
+        self.groups = dict(raw.get("subscriptionGroupTable", {}))
+
+    def encode(self) -> Any:
+        return {"subscriptionGroupTable": dict(sorted(self.groups.items())), "dataVersion": {"counter": self.data_version}}
+
+    def ensure(self, group: str) -> None:
+        if group in self.groups:
+            return
+        with self.lock:
+            self.groups[group] = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                                  "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
+                                  "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1}
+            self.data_version += 1
+            self.dirty = True
+
+
+class PersistedConfig(JsonFile):
+    """``store.json``: settings changed at run time, with their generation, so a restarted
+    store comes back with what was last applied."""
+
+    name = "store.json"
+
+    def __init__(self, config_dir: str):
+        super().__init__(config_dir)
+        self.values: dict[str, Any] = {}
+        self.generation = 0
+
+    def decode(self, raw: Any) -> None:
+        self.values = dict(raw.get("values", {}))
+        self.generation = int(raw.get("generation", 0))
+
+    def encode(self) -> Any:
+        return {"values": dict(sorted(self.values.items())), "generation": self.generation}
+
+
+_GROUP_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,255}$")
+
+
+def group_error(group: object) -> str | None:
+    if not isinstance(group, str) or not group:
+        return "group must be a non-empty string"
+    if not _GROUP_RE.match(group):
+        return "group may contain only A-Z a-z 0-9 _ % | - (at most 255)"
+    return None

@@ -1,0 +1,64 @@
+"""A background loop that can be woken early and stopped (the reference's ServiceThread)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class ServiceThread:
+    name = "service"
+
+    def __init__(self) -> None:
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"msgstore-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.cycle()
+            except Exception:  # a bug in one cycle must not kill the service
+                log.exception("%s cycle failed", self.name)
+                self._stopped.wait(0.1)
+        try:
+            self.on_stop()
+        except Exception:
+            log.exception("%s stop failed", self.name)
+
+    def cycle(self) -> None:
+        raise NotImplementedError
+
+    def on_stop(self) -> None:
+        """Last work after the loop ends (e.g. a final flush)."""
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; returns early on :meth:`wakeup` or :meth:`stop`."""
+        if self._wake.wait(seconds):
+            self._wake.clear()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopped.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+            if t.is_alive():
+                log.error("%s did not stop within %.0f s", self.name, timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
