@@ -368,9 +368,11 @@ cdef inline int check_record(const uint8_t* p, Py_ssize_t remaining, bint check_
     store_len = 20 if sf & FLAG_STOREHOST_V6 else 8
     tls = 2 if magic == MAGIC_V2 else 1
     p_off = 48 + born_len + 8 + store_len + 12
+    size_out[0] = total
+    if p_off + 4 > total:  # a damaged SYSFLAG can claim hosts the record has no room for
+        return -1
     bl = get32(p + p_off)
     p_off += 4
-    size_out[0] = total
     if bl < 0 or p_off + bl + tls > total:
         return -1
     if check_crc:

@@ -649,6 +649,8 @@ def check(buf, pos: int, limit: int, check_crc: bool) -> tuple[int, bool]:
         return -1, False
     sysflag = _S_INT.unpack_from(buf, pos + OFF_SYSFLAG)[0]
     lay = layout(sysflag, magic)
+    if lay.off_body_len + 4 > total:  # a damaged SYSFLAG can claim hosts the record has no room for
+        return total, False
     body_len = _S_INT.unpack_from(buf, pos + lay.off_body_len)[0]
     p = pos + lay.off_body_len + 4
     if body_len < 0 or p + body_len + lay.topic_len_size > pos + total:

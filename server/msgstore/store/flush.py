@@ -24,12 +24,17 @@ def flush_commitlog(store: "MessageStore", least_pages: int) -> bool:
     """Flush segment after segment until nothing moves; True when something was flushed."""
     queue = store.commitlog.segments
     moved = False
+    t0 = time.perf_counter()
     for _ in range(len(queue.segments) + 1):
         if queue.flush(least_pages):
             break
         moved = True
-    if moved and queue.store_timestamp:
-        store.checkpoint.physic_msg_timestamp = queue.store_timestamp
+    if moved:
+        if queue.store_timestamp:
+            store.checkpoint.physic_msg_timestamp = queue.store_timestamp
+        elapsed = time.perf_counter() - t0
+        for observe in store.flush_observers:
+            observe(elapsed)
     return moved
 
 

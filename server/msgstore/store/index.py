@@ -38,7 +38,7 @@ def index_file_name(ms: int) -> str:
 
 class IndexFile:
     def __init__(self, path: str, slots: int, entries: int, *, create: bool, syncer: Syncer = msync,
-                 end_phy: int = 0, end_ts: int = 0):
+                 end_phy: int = 0, end_ts: int = 0, readonly: bool = False):
         self.path = path
         self.slots = slots
         self.entries = entries
@@ -46,7 +46,7 @@ class IndexFile:
         # Header and slot table are preallocated, so the stores into the mapping can never hit
         # SIGBUS on a full disk; entries are appended with pwrite, which fails with ENOSPC.
         self.seg = Segment(path, 0, self.file_size, create=create, syncer=syncer,
-                           preallocate=HEADER_SIZE + slots * 4 if create else 0)
+                           preallocate=HEADER_SIZE + slots * 4 if create else 0, readonly=readonly)
         self._slot_view = np.frombuffer(self.seg.mm, dtype=">i4", count=slots, offset=HEADER_SIZE)
         if create:
             self.begin_ts = self.end_ts = end_ts if end_ts > 0 else 0
@@ -158,6 +158,12 @@ class IndexFile:
                 break
             nxt = prev
         return out
+
+    def entries_array(self) -> np.ndarray:
+        """Every entry written (entry 0 is unused), for offline checks."""
+        base = HEADER_SIZE + self.slots * 4 + ENTRY_SIZE
+        n = max(0, self.index_count - 1)
+        return np.frombuffer(self.seg.read(base, n * ENTRY_SIZE), dtype=ENTRY_DTYPE)
 
     def time_matched(self, begin: int, end: int) -> bool:
         return ((begin < self.begin_ts and end > self.end_ts) or (self.begin_ts <= begin <= self.end_ts)

@@ -34,12 +34,14 @@ class Segment:
 
     def __init__(self, path: str, start: int, size: int, *, create: bool, syncer: Syncer = msync,
                  write_buffer: mmap.mmap | None = None, on_release_buffer: Callable[[mmap.mmap], None] | None = None,
-                 preallocate: int = 0):
+                 preallocate: int = 0, readonly: bool = False):
         self.path = path
         self.start = start
         self.size = size
         self._syncer = syncer
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        if readonly and create:
+            raise ValueError("a read-only segment cannot be created")
+        flags = (os.O_RDONLY if readonly else os.O_RDWR) | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
             if create:
@@ -50,7 +52,8 @@ class Segment:
                 actual = os.fstat(fd).st_size
                 if actual != size:
                     raise ValueError(f"{path}: size {actual} differs from the configured {size}")
-            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            prot = mmap.PROT_READ if readonly else mmap.PROT_READ | mmap.PROT_WRITE
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
         except BaseException:
             os.close(fd)
             raise

@@ -64,8 +64,9 @@ class SegmentQueue:
 
     # ------------------------------------------------------------------ loading
 
-    def load(self) -> None:
-        """Map every segment file (STORE_SPEC §1 loading rules)."""
+    def load(self, readonly: bool = False) -> None:
+        """Map every segment file (STORE_SPEC §1 loading rules); read-only for offline tools,
+        which then also leave an empty last file alone."""
         if not os.path.isdir(self.directory):
             return
         names = sorted(n for n in os.listdir(self.directory) if os.path.isfile(os.path.join(self.directory, n)))
@@ -75,12 +76,14 @@ class SegmentQueue:
             path = os.path.join(self.directory, name)
             length = os.path.getsize(path)
             if length == 0 and i == len(names) - 1:
+                if readonly:
+                    continue
                 log.warning("deleting empty last segment %s", path)
                 os.unlink(path)
                 continue
             if length != self.segment_size:
                 raise SegmentSizeError(f"{path}: length {length} differs from the configured segment size {self.segment_size}")
-            seg = Segment(path, int(name), self.segment_size, create=False, syncer=self.syncer)
+            seg = Segment(path, int(name), self.segment_size, create=False, syncer=self.syncer, readonly=readonly)
             seg.set_positions(self.segment_size)
             segments.append(seg)
         for prev, nxt in zip(segments, segments[1:]):

@@ -78,6 +78,7 @@ class MessageStore:
         self.committer: CommitService | None = None
         self.commitlog: CommitLog = None  # type: ignore[assignment]
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
+        self.flush_observers: list = []  # callables(seconds) told how long each commit-log flush took
 
     # ================================================================== paths
 
@@ -103,12 +104,25 @@ class MessageStore:
 
     # ================================================================== lifecycle
 
-    def start(self) -> "MessageStore":
-        """Lock the root, load everything, recover and start the services."""
+    def start(self, lock_wait_s: float = 0.0) -> "MessageStore":
+        """Lock the root, load everything, recover and start the services.
+
+        ``lock_wait_s``: how long to wait for another process to let go of the root (a previous
+        instance still shutting down) before failing with :class:`StoreLockedError`.
+        """
         if self.state != "created":
             raise StoreStateError(f"store is {self.state}")
         os.makedirs(self.root, exist_ok=True)
-        self._acquire_lock()
+        deadline = time.monotonic() + lock_wait_s
+        while True:
+            try:
+                self._acquire_lock()
+                break
+            except StoreLockedError:
+                if time.monotonic() >= deadline:
+                    raise
+                self.recovery_report.state = "waiting-for-lock"
+                time.sleep(0.1)
         try:
             self.state = "recovering"
             self._load_config()
