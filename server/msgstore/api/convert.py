@@ -1,0 +1,37 @@
+"""Between store objects and protobuf messages."""
+
+from __future__ import annotations
+
+from ..store import codec
+from ..store.results import GetStatus, PutStatus
+from ..v1 import msgstore_pb2 as pb
+
+SEND_STATUS = {s: getattr(pb, s.name) for s in PutStatus}
+PULL_STATUS = {s: getattr(pb, s.name) for s in GetStatus}
+PULL_STATUS_BY_NUMBER = {v: k for k, v in PULL_STATUS.items()}
+SEND_STATUS_BY_NUMBER = {v: k for k, v in SEND_STATUS.items()}
+
+
+def message_to_pb(m: codec.StoredMessage) -> pb.Message:
+    props = m.properties
+    keys = props.get(codec.PROP_KEYS)
+    return pb.Message(
+        topic=m.topic, queue_id=m.queue_id, queue_offset=m.queue_offset, commitlog_offset=m.commitlog_offset,
+        msg_id=m.msg_id, body=m.body, tags=props.get(codec.PROP_TAGS, ""),
+        keys=[k for k in keys.split(" ") if k] if keys else [], properties=props,
+        born_timestamp=m.born_timestamp, store_timestamp=m.store_timestamp,
+        born_host=codec.host_str(m.born_host), store_host=codec.host_str(m.store_host),
+        flag=m.flag, sys_flag=m.sys_flag, reconsume_times=m.reconsume_times, store_size=m.store_size,
+        body_crc=m.body_crc)
+
+
+def decode_records(data: bytes | memoryview) -> list[codec.StoredMessage]:
+    """Split a raw pull's ``records`` into messages."""
+    out = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        m = codec.decode(data, pos)
+        out.append(m)
+        pos += m.store_size
+    return out

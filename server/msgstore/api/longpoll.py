@@ -1,0 +1,47 @@
+"""Waking long-polling pulls when their queue gets new units.
+
+The dispatcher thread reports arrivals; waiters live on the event loop. A waiter registers
+*before* it looks at the queue, so an arrival between the look and the wait is never missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class ArrivalWaiters:
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Dispatcher-thread callback; cheap when nobody waits on the queue."""
+        key = (topic, queue_id)
+        if key in self._waiters:
+            self.loop.call_soon_threadsafe(self._wake, key)
+
+    def _wake(self, key: tuple[str, int]) -> None:
+        for fut in self._waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def register(self, topic: str, queue_id: int) -> asyncio.Future:
+        fut = self.loop.create_future()
+        self._waiters.setdefault((topic, queue_id), set()).add(fut)
+        return fut
+
+    def unregister(self, topic: str, queue_id: int, fut: asyncio.Future) -> None:
+        waiters = self._waiters.get((topic, queue_id))
+        if waiters is not None:
+            waiters.discard(fut)
+            if not waiters:
+                self._waiters.pop((topic, queue_id), None)
+
+    def wake_all(self) -> None:
+        """Shutdown: release every waiter so pulls answer at once."""
+        for key in list(self._waiters):
+            self._wake(key)
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(v) for v in self._waiters.values())

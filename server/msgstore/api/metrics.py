@@ -1,0 +1,76 @@
+"""Prometheus metrics: rates and latencies from the request path, gauges read from the store."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    def __init__(self, store_ref, node: str):
+        self.registry = CollectorRegistry()
+        self.node = node
+        r = self.registry
+        self.put_messages = Counter("msgstore_put_messages", "Messages stored", ["status"], registry=r)
+        self.put_bytes = Counter("msgstore_put_bytes", "Commit-log bytes written by puts", registry=r)
+        self.put_latency = Histogram("msgstore_put_latency_seconds", "Send call latency", buckets=LATENCY_BUCKETS, registry=r)
+        self.pull_messages = Counter("msgstore_pull_messages", "Messages returned by pulls", registry=r)
+        self.pull_latency = Histogram("msgstore_pull_latency_seconds", "Pull call latency (without long-poll waits)",
+                                      buckets=LATENCY_BUCKETS, registry=r)
+        self.flush_latency = Histogram("msgstore_flush_latency_seconds", "Commit-log flush (msync) latency",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.rpc_errors = Counter("msgstore_rpc_errors", "Calls that failed, by gRPC code", ["method", "code"], registry=r)
+        r.register(_StoreCollector(store_ref))
+        self._server = None
+
+    def serve(self, host: str, port: int):
+        self._server = start_http_server(port, addr=host, registry=self.registry)
+        return self._server
+
+
+class _StoreCollector:
+    """Gauges taken from the store at scrape time (no bookkeeping on the hot path)."""
+
+    def __init__(self, store_ref):
+        self.store_ref = store_ref
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        store = self.store_ref()
+        if store is None:
+            return
+        st = store.status()
+        rec = st["recovery"]
+
+        def gauge(name, doc, value):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float(value))
+            return g
+
+        yield gauge("msgstore_up", "1 when the store serves requests", 1 if st["state"] == "running" else 0)
+        yield gauge("msgstore_disk_usage_ratio", "Used share of the commit-log partition",
+                    -1 if st["disk_usage"] is None else st["disk_usage"])
+        yield gauge("msgstore_disk_full", "1 while writes are refused for disk usage", 1 if st["disk_full"] else 0)
+        yield gauge("msgstore_recovery_duration_seconds", "Duration of the last recovery", rec["duration_ms"] / 1000)
+        yield gauge("msgstore_recovery_abnormal", "1 when the last start recovered from a crash",
+                    1 if rec["mode"] == "abnormal" else 0)
+        yield gauge("msgstore_config_generation", "Generation of the applied configuration", st["config_generation"])
+        if st["state"] != "running":
+            return
+        yield gauge("msgstore_commitlog_min_offset", "First commit-log byte still stored", st["min_phy_offset"])
+        yield gauge("msgstore_commitlog_max_offset", "End of the commit log", st["max_phy_offset"])
+        yield gauge("msgstore_commitlog_flushed_offset", "End of what is on disk", st["flushed_phy_offset"])
+        yield gauge("msgstore_dispatch_behind_bytes", "Commit-log bytes not yet in consume queues", st["dispatch_behind_bytes"])
+        yield gauge("msgstore_commitlog_segments", "Commit-log segment files", st["commitlog_segments"])
+        mins = GaugeMetricFamily("msgstore_queue_min_offset", "Min offset per queue", labels=["topic", "queue"])
+        maxs = GaugeMetricFamily("msgstore_queue_max_offset", "Max offset per queue", labels=["topic", "queue"])
+        for cq in store.consume_queues():
+            labels = [cq.topic, str(cq.queue_id)]
+            mins.add_metric(labels, cq.min_offset)
+            maxs.add_metric(labels, cq.max_offset)
+        yield mins
+        yield maxs

@@ -1,0 +1,105 @@
+"""Who the nodes of this store are: a peers list, or the headless Service's DNS name.
+
+Each node answers for itself; for the others it asks them (``GetRoute(local_only=true)``) with
+a short deadline and a one-second cache, so a dead peer shows up as not ready instead of
+slowing every route lookup down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from ..v1 import msgstore_pb2 as pb
+from ..v1 import msgstore_pb2_grpc as pbg
+
+log = logging.getLogger(__name__)
+
+PEER_TIMEOUT_S = 0.5
+CACHE_S = 1.0
+DNS_REFRESH_S = 5.0
+
+
+@dataclass
+class PeerDirectory:
+    self_address: str
+    node_name: str
+    static_peers: list[str] = field(default_factory=list)
+    dns_name: str | None = None  # host:port of a headless Service
+    channel_factory: object = None  # (address) -> grpc.aio.Channel
+    metadata: tuple = ()
+
+    def __post_init__(self) -> None:
+        self._resolved: list[str] = []
+        self._resolved_at = 0.0
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._cache: dict[tuple[str, str], tuple[float, pb.NodeRoute]] = {}
+
+    async def addresses(self) -> list[str]:
+        """Every node's address, this one included, in a stable order."""
+        out = [self.self_address, *self.static_peers]
+        if self.dns_name:
+            now = time.monotonic()
+            if now - self._resolved_at > DNS_REFRESH_S:
+                self._resolved = await asyncio.get_running_loop().run_in_executor(None, _resolve, self.dns_name)
+                self._resolved_at = now
+            out.extend(self._resolved)
+        seen: dict[str, None] = {}
+        for a in out:
+            seen.setdefault(_normalise(a), None)
+        return list(seen)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self.channel_factory(address) if self.channel_factory else grpc.aio.insecure_channel(address)
+            self._channels[address] = ch
+        return ch
+
+    async def peer_route(self, address: str, topic: str) -> pb.NodeRoute:
+        key = (address, topic)
+        hit = self._cache.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < CACHE_S:
+            return hit[1]
+        stub = pbg.MessageStoreStub(self._channel(address))
+        try:
+            resp = await stub.GetRoute(pb.GetRouteRequest(topic=topic, local_only=True), timeout=PEER_TIMEOUT_S,
+                                       metadata=self.metadata or None)
+            node = resp.nodes[0] if resp.nodes else pb.NodeRoute(address=address, ready=False)
+            node.address = node.address or address
+        except grpc.aio.AioRpcError as e:
+            log.debug("peer %s did not answer GetRoute: %s", address, e.code())
+            previous = hit[1] if hit else None
+            node = pb.NodeRoute(name=previous.name if previous else "", address=address, ready=False,
+                                queue_ids=list(previous.queue_ids) if previous else [])
+        self._cache[key] = (now, node)
+        return node
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+
+def _normalise(address: str) -> str:
+    return address.strip()
+
+
+def _resolve(host_port: str) -> list[str]:
+    host, _, port = host_port.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as e:
+        log.warning("cannot resolve peers %s: %s", host_port, e)
+        return []
+    out = []
+    for family, _, _, _, sockaddr in infos:
+        ip = sockaddr[0]
+        out.append(f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}")
+    return sorted(set(out))

@@ -1,0 +1,324 @@
+"""Running a store behind gRPC: ``msgstore serve``.
+
+Start-up binds the port first and recovers in the background, so health checks and
+``Admin.GetStatus`` can watch recovery (health is NOT_SERVING and data calls are UNAVAILABLE
+until it ends). SIGTERM is a clean shutdown: stop accepting, drain, flush, persist, remove
+``abort``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ..store import MessageStore, codec
+from ..store.config import ConfigError, parse_assignments
+from ..v1 import admin_pb2, msgstore_pb2
+from . import validation as v
+from .admin import ControlPlane
+from .auth import TokenInterceptor
+from .longpoll import ArrivalWaiters
+from .metrics import Metrics
+from .route import PeerDirectory
+from .servicer import DataPlane
+
+log = logging.getLogger(__name__)
+
+DATA_SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MessageStore"]
+ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
+DEFAULT_PORT = 10911
+DEFAULT_METRICS_PORT = 10912
+
+
+@dataclass
+class ServerOptions:
+    data_dir: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    advertise: str | None = None  # host:port that others use to reach this node
+    node_name: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    admin_token: str | None = None
+    data_token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    peers: list[str] = field(default_factory=list)
+    peers_dns: str | None = None
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    metrics_host: str | None = None
+    grace_s: float = 10.0
+    lock_wait_s: float = 30.0
+    workers: int = 32
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """A JSON object, or RocketMQ ``broker.conf`` style ``key=value`` lines (# comments)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.lstrip().startswith("{"):
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ConfigError(path, "a JSON config file must hold an object")
+        return data
+    lines = [ln.strip() for ln in text.splitlines()]
+    return parse_assignments([ln for ln in lines if ln and not ln.startswith("#")])
+
+
+class BadRequest:
+    """Stands in for a request that did not deserialize."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _safe_parser(cls):
+    def parse(data: bytes):
+        try:
+            return cls.FromString(data)
+        except DecodeError:
+            return BadRequest(v.explain_decode_error(cls, data))
+    return parse
+
+
+class StoreServer:
+    def __init__(self, options: ServerOptions):
+        self.options = options
+        host = options.advertise or f"{_default_ip(options.host)}:{options.port}"
+        self.advertise = host
+        self.node_name = options.node_name or os.environ.get("POD_NAME") or socket.gethostname()
+        self.store = MessageStore(options.data_dir, options.settings, store_host=codec.parse_host(host))
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="msgstore-rpc")
+        self.metrics = Metrics(weakref.ref(self.store), self.node_name) if options.metrics_port is not None else None
+        self.stopping = False
+        self.recovery_error: str | None = None
+        self.ready = threading.Event()
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.waiters: ArrivalWaiters | None = None
+        self.peers: PeerDirectory | None = None
+        self.bound_port: int | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def unavailable_reason(self) -> str | None:
+        if self.stopping:
+            return "store is shutting down"
+        if self.recovery_error:
+            return f"store failed to start: {self.recovery_error}"
+        if not self.ready.is_set():
+            rep = self.store.recovery_report
+            if rep.state == "waiting-for-lock":
+                return f"waiting for another process to release {self.store.root}"
+            return f"store is recovering ({rep.mode}, {rep.progress:.0%})"
+        return None
+
+    def queue_count(self, topic: str) -> int:
+        tc = self.store.topics.get(topic)
+        return tc.write_queue_nums if tc is not None else self.store.config.defaultTopicQueueNums
+
+    def local_route(self, topic: str) -> msgstore_pb2.NodeRoute:
+        ready = self.ready.is_set() and not self.stopping
+        qids: list[int] = []
+        if topic and ready:
+            qids = list(range(self.queue_count(topic)))
+        return msgstore_pb2.NodeRoute(name=self.node_name, address=self.advertise, ready=ready, queue_ids=qids)
+
+    async def route(self, topic: str, local: msgstore_pb2.NodeRoute) -> list[msgstore_pb2.NodeRoute]:
+        addresses = await self.peers.addresses()
+        others = [a for a in addresses if a != self.advertise]
+        answers = await asyncio.gather(*(self.peers.peer_route(a, topic) for a in others))
+        nodes = [local, *answers]
+        return sorted(nodes, key=lambda n: (n.name or "~", n.address))
+
+    # ------------------------------------------------------------------ wiring
+
+    def _handlers(self, service, impl) -> grpc.GenericRpcHandler:
+        handlers = {}
+        for method in service.methods:
+            req_cls = message_factory.GetMessageClass(method.input_type)
+            resp_cls = message_factory.GetMessageClass(method.output_type)
+            fn = getattr(impl, method.name)
+            if method.server_streaming:
+                handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                    self._wrap_stream(method.name, fn), _safe_parser(req_cls), resp_cls.SerializeToString)
+            else:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._wrap_unary(method.name, fn), _safe_parser(req_cls), resp_cls.SerializeToString)
+        return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+    def _wrap_unary(self, name: str, fn):
+        async def handler(request, context):
+            if isinstance(request, BadRequest):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+            try:
+                return await fn(request, context)
+            except v.InvalidArgument as e:
+                self._count_error(name, "INVALID_ARGUMENT")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as e:  # everything else is our bug: answer, log, keep serving
+                log.exception("%s failed", name)
+                self._count_error(name, "INTERNAL")
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+        return handler
+
+    def _wrap_stream(self, name: str, fn):
+        async def handler(request, context):
+            if isinstance(request, BadRequest):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+            try:
+                async for item in fn(request, context):
+                    yield item
+            except v.InvalidArgument as e:
+                self._count_error(name, "INVALID_ARGUMENT")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return handler
+
+    def _count_error(self, method: str, code: str) -> None:
+        if self.metrics is not None:
+            self.metrics.rpc_errors.labels(method, code).inc()
+
+    def _credentials(self) -> grpc.ServerCredentials | None:
+        o = self.options
+        if not o.tls_cert:
+            return None
+        with open(o.tls_cert, "rb") as f:
+            cert = f.read()
+        with open(o.tls_key, "rb") as f:
+            key = f.read()
+        ca = None
+        if o.tls_client_ca:
+            with open(o.tls_client_ca, "rb") as f:
+                ca = f.read()
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+    def _peer_channel(self, address: str) -> grpc.aio.Channel:
+        o = self.options
+        if o.tls_cert:
+            with open(o.tls_client_ca or o.tls_cert, "rb") as f:
+                roots = f.read()
+            chain = key = None
+            if o.tls_client_ca:
+                with open(o.tls_cert, "rb") as f:
+                    chain = f.read()
+                with open(o.tls_key, "rb") as f:
+                    key = f.read()
+            return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots, key, chain))
+        return grpc.aio.insecure_channel(address)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        o = self.options
+        loop = asyncio.get_running_loop()
+        self.waiters = ArrivalWaiters(loop)
+        metadata = (("authorization", f"Bearer {o.data_token}"),) if o.data_token else ()
+        self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, self._peer_channel, metadata)
+        interceptors = [TokenInterceptor(o.admin_token, o.data_token)] if (o.admin_token or o.data_token) else []
+        self.server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES),
+                     ("grpc.max_send_message_length", v.MAX_REQUEST_BYTES + (1 << 20)),
+                     ("grpc.so_reuseport", 0)])
+        self.server.add_generic_rpc_handlers([self._handlers(DATA_SERVICE, DataPlane(self)),
+                                              self._handlers(ADMIN_SERVICE, ControlPlane(self))])
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        for name in ("", DATA_SERVICE.full_name, ADMIN_SERVICE.full_name):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        reflection.enable_server_reflection([DATA_SERVICE.full_name, ADMIN_SERVICE.full_name, health.SERVICE_NAME,
+                                             reflection.SERVICE_NAME], self.server)
+        address = f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"
+        creds = self._credentials()
+        self.bound_port = self.server.add_secure_port(address, creds) if creds else self.server.add_insecure_port(address)
+        if self.options.port == 0:
+            self.advertise = f"{_default_ip(o.host)}:{self.bound_port}"
+            self.peers.self_address = self.advertise
+            self.store.store_host = codec.parse_host(self.advertise)
+        if self.metrics is not None:
+            self.metrics.serve(o.metrics_host or o.host, o.metrics_port)
+        await self.server.start()
+        log.info("listening", extra={"address": address, "node": self.node_name, "advertise": self.advertise})
+        loop.create_task(self._recover())
+
+    async def _recover(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._start_store)
+        except Exception as e:
+            self.recovery_error = str(e)
+            log.error("store failed to start: %s", e)
+            return
+        if self.stopping:
+            return
+        self.store.add_arrival_listener(self.waiters.on_arrival)
+        if self.metrics is not None:
+            self.store.flush_observers.append(self.metrics.flush_latency.observe)
+        self.ready.set()
+        for name in ("", DATA_SERVICE.full_name, ADMIN_SERVICE.full_name):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        rep = self.store.recovery_report
+        log.info("serving", extra={"recovery": rep.mode, "recovery_ms": rep.duration_ms, "truncated": rep.bytes_truncated})
+
+    def _start_store(self) -> None:
+        self.store.store_host = codec.parse_host(self.advertise)
+        self.store.start(lock_wait_s=self.options.lock_wait_s)
+
+    async def stop(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("shutting down")
+        await self.health.enter_graceful_shutdown()
+        if self.waiters is not None:
+            self.waiters.wake_all()
+        if self.server is not None:
+            await self.server.stop(self.options.grace_s)
+        if self.peers is not None:
+            await self.peers.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.store.shutdown)
+        self.executor.shutdown(wait=False)
+        log.info("stopped", extra={"clean": not os.path.exists(self.store.abort_path)})
+
+
+def _default_ip(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return os.environ.get("POD_IP") or socket.gethostbyname(socket.gethostname())
+    return host
+
+
+async def serve(options: ServerOptions, started: asyncio.Event | None = None) -> int:
+    server = StoreServer(options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    if started is not None:
+        started.set()
+    failed = asyncio.create_task(_watch_failure(server))
+    await asyncio.wait([asyncio.create_task(stop.wait()), failed], return_when=asyncio.FIRST_COMPLETED)
+    await server.stop()
+    return 1 if server.recovery_error else 0
+
+
+async def _watch_failure(server: StoreServer) -> None:
+    while server.recovery_error is None:
+        await asyncio.sleep(0.2)

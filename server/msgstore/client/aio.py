@@ -1,0 +1,116 @@
+"""The asyncio client: the same routing and failover as :class:`Client`, on grpc.aio."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import grpc
+
+from ..v1 import msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from .client import RETRYABLE, ROUTE_TTL_S, OutMessage, PullResult, SendResult, StoreError, _send_result, pull_result
+from .connection import Security, aio_channel, split_endpoints
+from .routing import Node, QueueRef, Route
+
+
+class AsyncClient:
+    def __init__(self, endpoints: str | list[str], *, token: str | None = None, tls_ca: str | None = None,
+                 tls_cert: str | None = None, tls_key: str | None = None, server_name: str | None = None,
+                 timeout: float = 10.0):
+        self.endpoints = split_endpoints(endpoints)
+        self.security = Security(token, None, tls_ca, tls_cert, tls_key, server_name)
+        self.timeout = timeout
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._routes: dict[str, Route] = {}
+
+    def stub(self, address: str) -> pbg.MessageStoreStub:
+        ch = self._channels.get(address)
+        if ch is None:
+            ch = self._channels[address] = aio_channel(address, self.security)
+        return pbg.MessageStoreStub(ch)
+
+    async def _call(self, address: str, method: str, request, timeout: float | None = None, node: str = ""):
+        try:
+            return await getattr(self.stub(address), method)(request, timeout=timeout or self.timeout,
+                                                             metadata=self.security.data_metadata() or None)
+        except grpc.aio.AioRpcError as e:
+            raise StoreError(e.code(), e.details() or "", node or address) from None
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def route(self, topic: str = "", refresh: bool = False) -> Route:
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
+            return cached
+        last: Exception | None = None
+        for address in self.endpoints + [n.address for r in self._routes.values() for n in r.nodes]:
+            try:
+                resp = await self._call(address, "GetRoute", pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0))
+            except StoreError as e:
+                last = e
+                continue
+            route = Route(topic, [Node(n.name, n.address, n.ready, tuple(n.queue_ids)) for n in resp.nodes])
+            self._routes[topic] = route
+            return route
+        raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
+
+    async def send(self, topic: str, body: bytes | str, *, key: str | None = None, tags: str | None = None,
+                   properties: dict[str, str] | None = None, keys: Sequence[str] = ()) -> SendResult:
+        if isinstance(body, str):
+            body = body.encode()
+        return (await self.send_batch(topic, [OutMessage(body, key, keys, tags, properties or {})], key=key))[0]
+
+    async def send_batch(self, topic: str, messages: Sequence[OutMessage], *, key: str | None = None,
+                         queue: QueueRef | None = None) -> list[SendResult]:
+        route = await self.route(topic)
+        tried: set[str] = set()
+        target = queue or route.pick(key)
+        while True:
+            req = pb.SendRequest(entries=[m.entry(topic, target.queue_id) for m in messages])
+            try:
+                resp = await self.stub(target.address).Send(req, timeout=self.timeout,
+                                                            metadata=self.security.data_metadata() or None)
+                return [_send_result(r, target.node) for r in resp.results]
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in RETRYABLE or queue is not None:
+                    raise StoreError(e.code(), e.details() or "", target.node) from None
+                route.mark_down(target.address)
+                tried.add(target.address)
+                route = await self.route(topic, refresh=True)
+                if not [q for q in route.usable() if q.address not in tried]:
+                    raise StoreError(e.code(), e.details() or "", target.node) from None
+                target = route.pick(key, exclude=tried)
+
+    async def pull(self, topic: str, queue: QueueRef, offset: int, *, max_messages: int = 32, timeout_ms: int = 0,
+                   tag_filter: str | None = None, group: str = "") -> PullResult:
+        req = pb.PullRequest(topic=topic, queue_id=queue.queue_id, offset=offset, max_messages=max_messages,
+                             timeout_ms=timeout_ms, tag_filter=tag_filter or "", group=group, raw=True)
+        resp = await self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
+        return pull_result(resp, queue.node)
+
+    async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
+        await self._call(queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic,
+                                                                               queue_id=queue.queue_id, offset=offset))
+
+    async def committed(self, group: str, topic: str, queue: QueueRef) -> int:
+        resp = await self._call(queue.address, "GetCommittedOffset",
+                                pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id))
+        return resp.offset
+
+    async def queue_offsets(self, topic: str) -> dict[QueueRef, tuple[int, int]]:
+        out = {}
+        for n in (await self.route(topic)).nodes:
+            if n.ready:
+                resp = await self._call(n.address, "GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic), node=n.name)
+                for q in resp.queues:
+                    out[QueueRef(n.name, n.address, q.queue_id)] = (q.min_offset, q.max_offset)
+        return out

@@ -1,0 +1,315 @@
+"""The synchronous client: routing, sends with failover, pulls, queries, offsets, topics."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import grpc
+
+from ..store import codec
+from ..v1 import admin_pb2_grpc, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from .connection import Security, split_endpoints, sync_channel
+from .routing import Node, QueueRef, Route
+
+ROUTE_TTL_S = 10.0
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class StoreError(Exception):
+    """A call failed; ``code`` is the gRPC status code."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, node: str = ""):
+        super().__init__(f"{code.name}: {details}" + (f" (node {node})" if node else ""))
+        self.code = code
+        self.details = details
+        self.node = node
+
+
+@dataclass
+class OutMessage:
+    """A message to send (what ``send_batch`` takes)."""
+
+    body: bytes
+    key: str | None = None
+    keys: Sequence[str] = ()
+    tags: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    uniq_key: str | None = None
+    flag: int = 0
+
+    def entry(self, topic: str, queue_id: int) -> pb.SendEntry:
+        keys = list(self.keys) + ([self.key] if self.key else [])
+        return pb.SendEntry(topic=topic, queue_id=queue_id, body=self.body, tags=self.tags or "", keys=keys,
+                            uniq_key=self.uniq_key or "", properties=self.properties, flag=self.flag)
+
+
+@dataclass
+class SendResult:
+    status: str
+    message_id: str
+    node: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "PUT_OK"
+
+    @property
+    def queue(self) -> tuple[str, int]:
+        return self.node, self.queue_id
+
+
+@dataclass
+class PullResult:
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[codec.StoredMessage]
+    node: str = ""
+
+
+def _send_result(r: pb.SendResult, node: str) -> SendResult:
+    return SendResult(pb.SendStatus.Name(r.status), r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error)
+
+
+def pull_result(resp: pb.PullResponse, node: str) -> PullResult:
+    from ..api.convert import decode_records
+
+    msgs = decode_records(resp.records) if resp.records else []
+    return PullResult(pb.PullStatus.Name(resp.status), resp.next_offset, resp.min_offset, resp.max_offset, msgs, node)
+
+
+def _error(e: grpc.RpcError, node: str = "") -> StoreError:
+    return StoreError(e.code(), e.details() or "", node)
+
+
+class Client:
+    """A connection to a store (one node or many; any node's address finds the others)."""
+
+    def __init__(self, endpoints: str | list[str], *, token: str | None = None, admin_token: str | None = None,
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 server_name: str | None = None, timeout: float = 10.0):
+        self.endpoints = split_endpoints(endpoints)
+        self.security = Security(token, admin_token, tls_ca, tls_cert, tls_key, server_name)
+        self.timeout = timeout
+        self._channels: dict[str, grpc.Channel] = {}
+        self._routes: dict[str, Route] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def channel(self, address: str) -> grpc.Channel:
+        ch = self._channels.get(address)
+        if ch is None:
+            with self._lock:
+                ch = self._channels.get(address)
+                if ch is None:
+                    ch = self._channels[address] = sync_channel(address, self.security)
+        return ch
+
+    def stub(self, address: str) -> pbg.MessageStoreStub:
+        return pbg.MessageStoreStub(self.channel(address))
+
+    def admin_stub(self, address: str) -> admin_pb2_grpc.AdminStub:
+        return admin_pb2_grpc.AdminStub(self.channel(address))
+
+    def _call(self, address: str, method: str, request, timeout: float | None = None, node: str = ""):
+        try:
+            return getattr(self.stub(address), method)(request, timeout=timeout or self.timeout,
+                                                       metadata=self.security.data_metadata() or None)
+        except grpc.RpcError as e:
+            raise _error(e, node or address) from None
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ routing
+
+    def route(self, topic: str = "", refresh: bool = False) -> Route:
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
+            return cached
+        last: Exception | None = None
+        known = [n.address for r in self._routes.values() for n in r.nodes]
+        for address in dict.fromkeys(self.endpoints + known):
+            try:
+                resp = self.stub(address).GetRoute(pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0),
+                                                   metadata=self.security.data_metadata() or None)
+            except grpc.RpcError as e:
+                last = _error(e, address)
+                continue
+            nodes = [Node(n.name, n.address, n.ready, tuple(n.queue_ids)) for n in resp.nodes]
+            route = Route(topic, nodes)
+            self._routes[topic] = route
+            return route
+        raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
+
+    def nodes(self) -> list[Node]:
+        return self.route("", refresh=True).nodes
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, topic: str, body: bytes | str, *, key: str | None = None, keys: Sequence[str] = (),
+             tags: str | None = None, properties: dict[str, str] | None = None, uniq_key: str | None = None,
+             queue: QueueRef | None = None, wait_flush: bool | None = None) -> SendResult:
+        if isinstance(body, str):
+            body = body.encode()
+        msg = OutMessage(body, key, keys, tags, properties or {}, uniq_key)
+        return self.send_batch(topic, [msg], key=key, queue=queue, wait_flush=wait_flush)[0]
+
+    def send_batch(self, topic: str, messages: Sequence[OutMessage], *, key: str | None = None,
+                   queue: QueueRef | None = None, prefer: QueueRef | None = None,
+                   wait_flush: bool | None = None) -> list[SendResult]:
+        """Send messages to one (node, queue), failing over to another node when one is down.
+
+        ``queue`` pins the target (no failover); ``prefer`` is tried first. A retry after a
+        timeout may store a batch twice (at-least-once).
+        """
+        route = self.route(topic)
+        tried: set[str] = set()
+        try:
+            target = queue or prefer or route.pick(key)
+        except LookupError as e:
+            raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+        while True:
+            req = pb.SendRequest(entries=[m.entry(topic, target.queue_id) for m in messages])
+            if wait_flush is not None:
+                req.wait_flush = wait_flush
+            try:
+                resp = self.stub(target.address).Send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
+                return [_send_result(r, target.node) for r in resp.results]
+            except grpc.RpcError as e:
+                if e.code() not in RETRYABLE or queue is not None:
+                    raise _error(e, target.node) from None
+                route.mark_down(target.address)
+                tried.add(target.address)
+                route = self.route(topic, refresh=True)
+                candidates = [q for q in route.usable() if q.address not in tried]
+                if not candidates:
+                    raise _error(e, target.node) from None
+                target = route.pick(key, exclude=tried)
+
+    def send_entries(self, address: str, entries: list[pb.SendEntry], node: str = "") -> list[SendResult]:
+        resp = self._call(address, "Send", pb.SendRequest(entries=entries), node=node)
+        return [_send_result(r, node or resp.node) for r in resp.results]
+
+    # ------------------------------------------------------------------ reading
+
+    def pull(self, topic: str, queue: QueueRef, offset: int, *, max_messages: int = 32, max_bytes: int = 0,
+             timeout_ms: int = 0, tag_filter: str | None = None, group: str = "") -> PullResult:
+        req = pb.PullRequest(topic=topic, queue_id=queue.queue_id, offset=offset, max_messages=max_messages,
+                             max_bytes=max_bytes, timeout_ms=timeout_ms, tag_filter=tag_filter or "", group=group, raw=True)
+        resp = self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
+        return pull_result(resp, queue.node)
+
+    def pull_future(self, topic: str, queue: QueueRef, offset: int, *, max_messages: int = 32, timeout_ms: int = 0,
+                    tag_filter: str | None = None, group: str = ""):
+        req = pb.PullRequest(topic=topic, queue_id=queue.queue_id, offset=offset, max_messages=max_messages,
+                             timeout_ms=timeout_ms, tag_filter=tag_filter or "", group=group, raw=True)
+        return self.stub(queue.address).Pull.future(req, timeout=self.timeout + timeout_ms / 1000,
+                                                    metadata=self.security.data_metadata() or None)
+
+    def subscribe(self, topic: str, queue: QueueRef, offset: int = -1, *, tag_filter: str | None = None) -> Iterable[PullResult]:
+        req = pb.SubscribeRequest(topic=topic, queue_id=queue.queue_id, offset=offset, tag_filter=tag_filter or "", raw=True)
+        try:
+            for resp in self.stub(queue.address).Subscribe(req, metadata=self.security.data_metadata() or None):
+                yield pull_result(resp, queue.node)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                raise _error(e, queue.node) from None
+
+    def query(self, topic: str, key: str, max_results: int = 32, begin: int = 0, end: int = 0) -> list[tuple[str, pb.Message]]:
+        """Messages with ``key`` from every node, as (node, message)."""
+        out = []
+        for n in self.route(topic).nodes:
+            if not n.ready:
+                continue
+            resp = self._call(n.address, "QueryByKey", pb.QueryByKeyRequest(topic=topic, key=key, max_results=max_results,
+                                                                           begin_timestamp=begin, end_timestamp=end), node=n.name)
+            out.extend((n.name, m) for m in resp.messages)
+        return out
+
+    def get_message(self, msg_id: str = "", *, node: Node | None = None, commitlog_offset: int | None = None) -> pb.Message:
+        """By offset message id (its store host says which node) or by commit-log offset on a node."""
+        if commitlog_offset is not None:
+            target = node or self.nodes()[0]
+            return self._call(target.address, "GetMessage", pb.GetMessageRequest(commitlog_offset=commitlog_offset)).message
+        (ip, port), _ = codec.decode_message_id(msg_id)
+        address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        known = {n.address for n in self.nodes()}
+        target_addr = address if address in known else (node.address if node else self.endpoints[0])
+        return self._call(target_addr, "GetMessage", pb.GetMessageRequest(msg_id=msg_id)).message
+
+    def queue_offsets(self, topic: str, skip_unavailable: bool = False) -> dict[QueueRef, tuple[int, int]]:
+        out = {}
+        for n in self.route(topic).nodes:
+            if not n.ready:
+                continue
+            try:
+                resp = self._call(n.address, "GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic), node=n.name)
+            except StoreError as e:
+                if skip_unavailable and e.code in RETRYABLE:
+                    continue
+                raise
+            for q in resp.queues:
+                out[QueueRef(n.name, n.address, q.queue_id)] = (q.min_offset, q.max_offset)
+        return out
+
+    def offset_by_time(self, topic: str, queue: QueueRef, timestamp_ms: int, upper: bool = False) -> int:
+        req = pb.GetOffsetByTimeRequest(topic=topic, queue_id=queue.queue_id, timestamp=timestamp_ms,
+                                        boundary=pb.UPPER if upper else pb.LOWER)
+        return self._call(queue.address, "GetOffsetByTime", req, node=queue.node).offset
+
+    def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
+        """Commit on the node that owns the queue."""
+        self._call(queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id,
+                                                                         offset=offset), node=queue.node)
+
+    def committed(self, group: str, topic: str, queue: QueueRef) -> int:
+        return self._call(queue.address, "GetCommittedOffset", pb.GetCommittedOffsetRequest(
+            group=group, topic=topic, queue_id=queue.queue_id), node=queue.node).offset
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, topic: str, queues: int = 0) -> list[pb.TopicInfo]:
+        """Create the topic on every node."""
+        out = [self._call(n.address, "CreateTopic", pb.CreateTopicRequest(topic=topic, queues=queues), node=n.name)
+               for n in self.nodes() if n.ready]
+        self._routes.pop(topic, None)
+        return out
+
+    def topics(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for n in self.nodes():
+            if not n.ready:
+                continue
+            for t in self._call(n.address, "ListTopics", pb.ListTopicsRequest(), node=n.name).topics:
+                out.setdefault(t.name, {})[n.name] = t.write_queue_nums
+        return out
+
+    # ------------------------------------------------------------------ admin
+
+    def admin(self, node: str | None = None):
+        from .admin import AdminClient
+
+        if node is None:
+            address = self.endpoints[0]
+        else:
+            found = next((n for n in self.nodes() if node in (n.name, n.address)), None)
+            address = found.address if found else node
+        return AdminClient(self, address)

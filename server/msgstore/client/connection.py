@@ -1,0 +1,79 @@
+"""Channels to store nodes: TLS, tokens and message-size options in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+MAX_MESSAGE = 64 * 1024 * 1024 + (1 << 20)
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.enable_retries", 0),
+    # a restarted node is found again within seconds, not after minutes of backoff
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+@dataclass(frozen=True)
+class Security:
+    """How to reach the nodes: optional TLS (CA, client cert) and bearer tokens."""
+
+    token: str | None = None  # data-plane token, when the server requires one
+    admin_token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    server_name: str | None = None  # TLS name to verify when addresses are IPs
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_ca)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        roots = _read(self.tls_ca)
+        chain = _read(self.tls_cert) if self.tls_cert else None
+        key = _read(self.tls_key) if self.tls_key else None
+        return grpc.ssl_channel_credentials(roots, key, chain)
+
+    def options(self) -> list:
+        opts = list(CHANNEL_OPTIONS)
+        if self.server_name:
+            opts.append(("grpc.ssl_target_name_override", self.server_name))
+        return opts
+
+    def data_metadata(self) -> tuple:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+    def admin_metadata(self) -> tuple:
+        return (("authorization", f"Bearer {self.admin_token}"),) if self.admin_token else ()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def sync_channel(address: str, security: Security) -> grpc.Channel:
+    if security.tls:
+        return grpc.secure_channel(address, security.credentials(), options=security.options())
+    return grpc.insecure_channel(address, options=security.options())
+
+
+def aio_channel(address: str, security: Security) -> grpc.aio.Channel:
+    if security.tls:
+        return grpc.aio.secure_channel(address, security.credentials(), options=security.options())
+    return grpc.aio.insecure_channel(address, options=security.options())
+
+
+def split_endpoints(endpoints: str | list[str]) -> list[str]:
+    if isinstance(endpoints, str):
+        endpoints = endpoints.split(",")
+    out = [e.strip() for e in endpoints if e and e.strip()]
+    if not out:
+        raise ValueError("give at least one endpoint (host:port)")
+    return out

@@ -1,0 +1,190 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Recovery(_message.Message):
+    __slots__ = ("mode", "state", "progress", "duration_ms", "bytes_scanned", "bytes_truncated", "records_scanned", "index_files_destroyed", "index_rebuilt_from", "commitlog_end", "damage", "error")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FILES_DESTROYED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_REBUILT_FROM_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_END_FIELD_NUMBER: _ClassVar[int]
+    DAMAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    state: str
+    progress: float
+    duration_ms: int
+    bytes_scanned: int
+    bytes_truncated: int
+    records_scanned: int
+    index_files_destroyed: int
+    index_rebuilt_from: int
+    commitlog_end: int
+    damage: _containers.RepeatedScalarFieldContainer[str]
+    error: str
+    def __init__(self, mode: _Optional[str] = ..., state: _Optional[str] = ..., progress: _Optional[float] = ..., duration_ms: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_truncated: _Optional[int] = ..., records_scanned: _Optional[int] = ..., index_files_destroyed: _Optional[int] = ..., index_rebuilt_from: _Optional[int] = ..., commitlog_end: _Optional[int] = ..., damage: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class StoreStatus(_message.Message):
+    __slots__ = ("node", "state", "recovery", "min_phy_offset", "max_phy_offset", "flushed_phy_offset", "disk_usage", "disk_full", "dispatch_behind_bytes", "commitlog_segments", "consume_queues", "index_files", "topics", "config_generation", "config", "pending_restart", "writable", "unavailable", "version", "flush_disk_type")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PendingRestartEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    MIN_PHY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_PHY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_PHY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISK_USAGE_FIELD_NUMBER: _ClassVar[int]
+    DISK_FULL_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_BEHIND_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FILES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PENDING_RESTART_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_DISK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    state: str
+    recovery: Recovery
+    min_phy_offset: int
+    max_phy_offset: int
+    flushed_phy_offset: int
+    disk_usage: float
+    disk_full: bool
+    dispatch_behind_bytes: int
+    commitlog_segments: int
+    consume_queues: int
+    index_files: int
+    topics: int
+    config_generation: int
+    config: _containers.ScalarMap[str, str]
+    pending_restart: _containers.ScalarMap[str, str]
+    writable: bool
+    unavailable: _containers.RepeatedScalarFieldContainer[str]
+    version: str
+    flush_disk_type: str
+    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., min_phy_offset: _Optional[int] = ..., max_phy_offset: _Optional[int] = ..., flushed_phy_offset: _Optional[int] = ..., disk_usage: _Optional[float] = ..., disk_full: _Optional[bool] = ..., dispatch_behind_bytes: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., topics: _Optional[int] = ..., config_generation: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., pending_restart: _Optional[_Mapping[str, str]] = ..., writable: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., flush_disk_type: _Optional[str] = ...) -> None: ...
+
+class GetConfigRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConfigResponse(_message.Message):
+    __slots__ = ("config", "generation", "pending_restart")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PendingRestartEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PENDING_RESTART_FIELD_NUMBER: _ClassVar[int]
+    config: _containers.ScalarMap[str, str]
+    generation: int
+    pending_restart: _containers.ScalarMap[str, str]
+    def __init__(self, config: _Optional[_Mapping[str, str]] = ..., generation: _Optional[int] = ..., pending_restart: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class UpdateConfigRequest(_message.Message):
+    __slots__ = ("changes", "dry_run")
+    class ChangesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.ScalarMap[str, str]
+    dry_run: bool
+    def __init__(self, changes: _Optional[_Mapping[str, str]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class UpdateConfigResponse(_message.Message):
+    __slots__ = ("applied", "restart_required", "generation", "dry_run")
+    class AppliedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class RestartRequiredEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    RESTART_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    applied: _containers.ScalarMap[str, str]
+    restart_required: _containers.ScalarMap[str, str]
+    generation: int
+    dry_run: bool
+    def __init__(self, applied: _Optional[_Mapping[str, str]] = ..., restart_required: _Optional[_Mapping[str, str]] = ..., generation: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class ManualDeleteRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ManualDeleteResponse(_message.Message):
+    __slots__ = ("deleted_segments", "min_phy_offset", "runs_armed")
+    DELETED_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_PHY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RUNS_ARMED_FIELD_NUMBER: _ClassVar[int]
+    deleted_segments: int
+    min_phy_offset: int
+    runs_armed: int
+    def __init__(self, deleted_segments: _Optional[int] = ..., min_phy_offset: _Optional[int] = ..., runs_armed: _Optional[int] = ...) -> None: ...
+
+class CleanRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CleanResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, removed: _Optional[_Iterable[str]] = ...) -> None: ...

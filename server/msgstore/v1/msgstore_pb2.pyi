@@ -1,0 +1,385 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PUT_OK: _ClassVar[SendStatus]
+    FLUSH_DISK_TIMEOUT: _ClassVar[SendStatus]
+    SERVICE_NOT_AVAILABLE: _ClassVar[SendStatus]
+    MESSAGE_ILLEGAL: _ClassVar[SendStatus]
+    PROPERTIES_SIZE_EXCEEDED: _ClassVar[SendStatus]
+    OS_PAGE_CACHE_BUSY: _ClassVar[SendStatus]
+    CREATE_MAPPED_FILE_FAILED: _ClassVar[SendStatus]
+    UNKNOWN_ERROR: _ClassVar[SendStatus]
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FOUND: _ClassVar[PullStatus]
+    NO_MATCHED_MESSAGE: _ClassVar[PullStatus]
+    MESSAGE_WAS_REMOVING: _ClassVar[PullStatus]
+    OFFSET_FOUND_NULL: _ClassVar[PullStatus]
+    OFFSET_OVERFLOW_BADLY: _ClassVar[PullStatus]
+    OFFSET_OVERFLOW_ONE: _ClassVar[PullStatus]
+    OFFSET_TOO_SMALL: _ClassVar[PullStatus]
+    NO_MATCHED_LOGIC_QUEUE: _ClassVar[PullStatus]
+    NO_MESSAGE_IN_QUEUE: _ClassVar[PullStatus]
+
+class TimeBoundary(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOWER: _ClassVar[TimeBoundary]
+    UPPER: _ClassVar[TimeBoundary]
+PUT_OK: SendStatus
+FLUSH_DISK_TIMEOUT: SendStatus
+SERVICE_NOT_AVAILABLE: SendStatus
+MESSAGE_ILLEGAL: SendStatus
+PROPERTIES_SIZE_EXCEEDED: SendStatus
+OS_PAGE_CACHE_BUSY: SendStatus
+CREATE_MAPPED_FILE_FAILED: SendStatus
+UNKNOWN_ERROR: SendStatus
+FOUND: PullStatus
+NO_MATCHED_MESSAGE: PullStatus
+MESSAGE_WAS_REMOVING: PullStatus
+OFFSET_FOUND_NULL: PullStatus
+OFFSET_OVERFLOW_BADLY: PullStatus
+OFFSET_OVERFLOW_ONE: PullStatus
+OFFSET_TOO_SMALL: PullStatus
+NO_MATCHED_LOGIC_QUEUE: PullStatus
+NO_MESSAGE_IN_QUEUE: PullStatus
+LOWER: TimeBoundary
+UPPER: TimeBoundary
+
+class SendEntry(_message.Message):
+    __slots__ = ("topic", "queue_id", "body", "tags", "keys", "uniq_key", "properties", "flag", "born_timestamp")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    UNIQ_KEY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    body: bytes
+    tags: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    uniq_key: str
+    properties: _containers.ScalarMap[str, str]
+    flag: int
+    born_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., uniq_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ...) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("entries", "wait_flush")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FLUSH_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
+    wait_flush: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    status: SendStatus
+    message_id: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    error: str
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("results", "node")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    node: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "body", "tags", "keys", "properties", "born_timestamp", "store_timestamp", "born_host", "store_host", "flag", "sys_flag", "reconsume_times", "store_size", "body_crc")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    STORE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    body: bytes
+    tags: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    flag: int
+    sys_flag: int
+    reconsume_times: int
+    store_size: int
+    body_crc: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., msg_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_host: _Optional[str] = ..., flag: _Optional[int] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., store_size: _Optional[int] = ..., body_crc: _Optional[int] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_messages", "max_bytes", "tag_filter", "timeout_ms", "group", "raw")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAG_FILTER_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    max_bytes: int
+    tag_filter: str
+    timeout_ms: int
+    group: str
+    raw: bool
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_filter: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., group: _Optional[str] = ..., raw: _Optional[bool] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("status", "next_offset", "min_offset", "max_offset", "messages", "records", "record_count")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    records: bytes
+    record_count: int
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "max_messages", "tag_filter", "group", "raw")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TAG_FILTER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    tag_filter: str
+    group: str
+    raw: bool
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., tag_filter: _Optional[str] = ..., group: _Optional[str] = ..., raw: _Optional[bool] = ...) -> None: ...
+
+class QueryByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "max_results", "begin_timestamp", "end_timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    max_results: int
+    begin_timestamp: int
+    end_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., max_results: _Optional[int] = ..., begin_timestamp: _Optional[int] = ..., end_timestamp: _Optional[int] = ...) -> None: ...
+
+class QueryByKeyResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ("msg_id", "commitlog_offset")
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    commitlog_offset: int
+    def __init__(self, msg_id: _Optional[str] = ..., commitlog_offset: _Optional[int] = ...) -> None: ...
+
+class GetMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class GetQueueOffsetsRequest(_message.Message):
+    __slots__ = ("topic", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class GetQueueOffsetsResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class GetOffsetByTimeRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp", "boundary")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BOUNDARY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp: int
+    boundary: TimeBoundary
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., boundary: _Optional[_Union[TimeBoundary, str]] = ...) -> None: ...
+
+class GetOffsetByTimeResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CommitOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetCommittedOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class GetCommittedOffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("topic", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queues: int
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[int] = ...) -> None: ...
+
+class TopicInfo(_message.Message):
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicInfo]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ...) -> None: ...
+
+class GetRouteRequest(_message.Message):
+    __slots__ = ("topic", "local_only")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    local_only: bool
+    def __init__(self, topic: _Optional[str] = ..., local_only: _Optional[bool] = ...) -> None: ...
+
+class NodeRoute(_message.Message):
+    __slots__ = ("name", "address", "ready", "queue_ids")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    ready: bool
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetRouteResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeRoute]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeRoute, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,129 @@
+"""The ``msgstore`` command against a real server, and offline on a directory."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.servers import ROOT
+
+
+def run(*args, stdin: bytes | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
+    proc = subprocess.run([sys.executable, "-m", "msgstore.cli", *args], input=stdin, capture_output=True, env=env,
+                          timeout=timeout, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {proc.stderr.decode()}")
+    return proc
+
+
+def test_send_pull_query_round_trip(server, tmp_path):
+    s = ["--server", server.address]
+    out = json.loads(run("--json", "send", "cli", "from an argument", "--key", "k-1", "--tags", "A", *s).stdout)
+    assert out["status"] == "PUT_OK" and out["message_id"]
+    (tmp_path / "body.bin").write_bytes(b"from a file")
+    run("send", "cli", "--file", str(tmp_path / "body.bin"), "--queue", str(out["queue"]), *s)
+    run("send", "cli", "--queue", str(out["queue"]), "--property", "origin=stdin", *s, stdin=b"from stdin")
+    lines = run("--json", "pull", "cli", *s).stdout.decode().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [r["body"] for r in rows] == ["from an argument", "from a file", "from stdin"]
+    assert rows[0]["tags"] == "A" and rows[0]["keys"] == "k-1"
+    human = run("pull", "cli", "--queue", str(out["queue"]), "--from", "1", *s).stdout.decode()
+    assert "from a file" in human and "from an argument" not in human and human.startswith("NODE")
+    assert run("pull", "cli", "--from", "latest", *s).stderr.decode().strip() == "no messages"
+    future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
+    assert run("pull", "cli", "--from", future, *s).stderr.decode().strip() == "no messages"
+    found = json.loads(run("--json", "query", "cli", "--key", "k-1", *s).stdout)
+    assert [r["body"] for r in found] == ["from an argument"]
+    assert run("query", "cli", "--key", "nope", *s, check=False).returncode == 1
+
+
+def test_pull_follow_prints_new_messages(server):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
+    follower = subprocess.Popen([sys.executable, "-m", "msgstore.cli", "--json", "pull", "live", "--follow",
+                                 "--server", server.address], stdout=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        run("topics", "create", "live", "--queues", "2", "--server", server.address)
+        deadline = time.monotonic() + 30
+        got = None
+        while got is None and time.monotonic() < deadline:
+            run("send", "live", "hello follower", "--server", server.address)
+            line = follower.stdout.readline()
+            got = json.loads(line) if line else None
+        assert got is not None and got["body"] == "hello follower"
+    finally:
+        follower.kill()
+
+
+def test_group_pull_commits(server):
+    s = ["--server", server.address]
+    for i in range(3):
+        run("send", "grp", f"m{i}", "--queue", "0", *s)
+    first = run("--json", "pull", "grp", "--group", "g1", *s).stdout.decode().splitlines()
+    assert len(first) == 3
+    assert run("pull", "grp", "--group", "g1", *s).stderr.decode().strip() == "no messages"
+
+
+def test_admin_topics_and_route(server):
+    s = ["--server", server.address]
+    st = json.loads(run("--json", "admin", "status", *s).stdout)
+    assert st["state"] == "running" and st["recovery"]["mode"] == "normal"
+    table = run("admin", "status", *s).stdout.decode()
+    assert table.startswith("NODE") and "running" in table
+    res = json.loads(run("--json", "admin", "config", "set", "fileReservedTime=12", "flushDiskType=SYNC_FLUSH", *s).stdout)
+    assert res["applied"] == {"fileReservedTime": "12"} and res["restart_required"] == {"flushDiskType": "SYNC_FLUSH"}
+    assert json.loads(run("--json", "admin", "config", "get", *s).stdout)["fileReservedTime"] == "12"
+    bad = run("admin", "config", "set", "fileReservedTime=soon", *s, check=False)
+    assert bad.returncode == 1 and "fileReservedTime" in bad.stderr.decode()
+    assert json.loads(run("--json", "admin", "delete-expired", *s).stdout)["runs_armed"] == 19
+    assert json.loads(run("--json", "admin", "clean-expired-cq", *s).stdout) == {"removed": []}
+    assert json.loads(run("--json", "admin", "clean-unused-topics", *s).stdout) == {"removed": []}
+    run("topics", "create", "made", "--queues", "3", *s)
+    assert "made" in run("topics", "list", *s).stdout.decode()
+    route = json.loads(run("--json", "route", "made", *s).stdout)
+    assert route == [{"node": "node-0", "address": server.address, "ready": True, "queues": 3}]
+
+
+def test_unreachable_server_is_a_clear_error():
+    proc = run("send", "x", "y", "--server", "127.0.0.1:1", "--timeout", "2", check=False)
+    assert proc.returncode == 1 and proc.stderr.decode().startswith("error: UNAVAILABLE")
+
+
+def test_inspect_and_fsck_offline(server):
+    run("send", "off", "one", "--key", "a", "--server", server.address)
+    run("send", "off", "two", "--key", "b", "--server", server.address)
+    server.terminate()
+    settings = ["--set", "mappedFileSizeCommitLog=262144"]
+    info = json.loads(run("--json", "inspect", server.data_dir, *settings).stdout)
+    assert info["abort_file"] is False and len(info["commitlog"]) == 1
+    assert sum(q["max_offset"] for q in info["consume_queues"]) == 2 and info["topics"] == ["off"]
+    assert "commit log" in run("inspect", server.data_dir, *settings).stdout.decode()
+    ok = json.loads(run("--json", "fsck", server.data_dir, *settings).stdout)
+    assert ok["ok"] and ok["records"] == 2 and ok["units_checked"] == 2 and ok["keys_checked"] == 2
+    # corrupt a consume-queue unit: fsck reports it and exits non-zero
+    qdir = next(os.path.join(dp, q) for dp, dirs, _ in os.walk(os.path.join(server.data_dir, "consumequeue"))
+                for q in dirs if q.isdigit())
+    seg = os.path.join(qdir, sorted(os.listdir(qdir))[0])
+    with open(seg, "r+b") as f:
+        f.seek(0)
+        f.write((7).to_bytes(8, "big"))
+    bad = run("--json", "fsck", server.data_dir, *settings, check=False)
+    report = json.loads(bad.stdout)
+    assert bad.returncode == 1 and not report["ok"]
+    assert any("no record at commit-log offset 7" in p for p in report["problems"])
+
+
+def test_help_lists_the_commands():
+    text = run("--help").stdout.decode()
+    for cmd in ("serve", "send", "pull", "query", "admin", "inspect", "fsck", "topics", "route"):
+        assert cmd in text
+    assert "--peers" in run("serve", "--help").stdout.decode()
+
+
+@pytest.mark.parametrize("setting", ["bogusKey=1", "deleteWhen=25"])
+def test_serve_refuses_bad_settings(tmp_path, setting):
+    proc = run("serve", "--data-dir", str(tmp_path / "d"), "--port", "0", "--set", setting, check=False)
+    assert proc.returncode == 2 and setting.split("=")[0] in proc.stderr.decode()

@@ -1,0 +1,124 @@
+"""Real ``msgstore serve`` processes on 127.0.0.1 for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL_STORE = ["mappedFileSizeCommitLog=262144", "mappedFileSizeConsumeQueue=20000", "maxHashSlotNum=4096",
+               "maxIndexNum=16384", "flushIntervalCommitLog=20", "flushIntervalConsumeQueue=50",
+               "cleanResourceInitialDelay=3600000"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class ServerProcess:
+    def __init__(self, data_dir: str, *, port: int | None = None, settings: list[str] | None = None,
+                 args: list[str] | None = None, env: dict[str, str] | None = None, name: str | None = None,
+                 tls_ca: str | None = None, tls_client: tuple[str, str] | None = None):
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.metrics_port = free_port()
+        self.settings = SMALL_STORE + list(settings or [])
+        self.extra = list(args or [])
+        self.env = env or {}
+        self.name = name or f"node-{self.port}"
+        self.tls_ca = tls_ca
+        self.tls_client = tls_client
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(os.path.dirname(os.path.abspath(data_dir)), f"{self.name}.log")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "msgstore.cli", "serve", "--data-dir", self.data_dir, "--host", "127.0.0.1",
+               "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--node-name", self.name,
+               "--grace", "2", "--log-format", "json"]
+        for s in self.settings:
+            cmd += ["--set", s]
+        return cmd + self.extra
+
+    def start(self, wait: bool = True) -> "ServerProcess":
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"), **self.env)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        log.close()
+        if wait:
+            self.wait_serving()
+        return self
+
+    def health(self, timeout: float = 1.0) -> int | None:
+        """The health status of the whole server, or None when it does not answer."""
+        try:
+            with self.channel() as ch:
+                resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+                return resp.status
+        except grpc.RpcError:
+            return None
+
+    def channel(self) -> grpc.Channel:
+        if self.tls_ca:
+            with open(self.tls_ca, "rb") as f:
+                ca = f.read()
+            key = chain = None
+            if self.tls_client:
+                chain = open(self.tls_client[0], "rb").read()
+                key = open(self.tls_client[1], "rb").read()
+            return grpc.secure_channel(self.address, grpc.ssl_channel_credentials(ca, key, chain))
+        return grpc.insecure_channel(self.address)
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        def serving():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            return self.health() == health_pb2.HealthCheckResponse.SERVING
+        wait_until(serving, timeout, what=f"{self.name} to serve")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()[-20000:]
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
