@@ -44,7 +44,10 @@ def test_sends_spread_over_every_node_and_queue_and_keys_stick(cluster):
 def test_failover_when_a_node_is_killed_and_consumption_from_all(cluster):
     client = Client(cluster[0].address, timeout=3)
     producer = Producer(client, linger_ms=2)
-    first = [producer.send("orders", b"before-%d" % i) for i in range(300)]
+    first = []
+    for round_ in range(3):  # three batches: without keys a batch sticks to one queue, the next goes on
+        first += [producer.send("orders", b"before-%d" % i) for i in range(round_ * 100, round_ * 100 + 100)]
+        producer.flush()
     assert all(f.result(30).ok for f in first)
     assert {f.result().node for f in first} == {"store-0", "store-1", "store-2"}
     cluster[2].kill()

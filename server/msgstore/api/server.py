@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 DATA_SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MessageStore"]
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
+# Requests whose handlers take the serialized bytes (decoded by the compiled transcoder).
+RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send",)}
 DEFAULT_PORT = 10911
 DEFAULT_METRICS_PORT = 10912
 
@@ -78,6 +80,10 @@ def load_config_file(path: str) -> dict[str, Any]:
         return data
     lines = [ln.strip() for ln in text.splitlines()]
     return parse_assignments([ln for ln in lines if ln and not ln.startswith("#")])
+
+
+def _bytes_or_message(response) -> bytes:
+    return response if isinstance(response, bytes) else response.SerializeToString()
 
 
 class BadRequest:
@@ -150,16 +156,22 @@ class StoreServer:
 
     def _handlers(self, service, impl) -> grpc.GenericRpcHandler:
         handlers = {}
+        raw = RAW_REQUESTS.get(service.full_name, ()) if codec._native is not None else ()
         for method in service.methods:
             req_cls = message_factory.GetMessageClass(method.input_type)
             resp_cls = message_factory.GetMessageClass(method.output_type)
             fn = getattr(impl, method.name)
+            if method.name in raw:  # the handler reads and writes wire bytes itself
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._wrap_unary(method.name, fn), None, _bytes_or_message)
+                continue
+            # handlers may answer with a message or with its serialized bytes (raw pulls)
             if method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                    self._wrap_stream(method.name, fn), _safe_parser(req_cls), resp_cls.SerializeToString)
+                    self._wrap_stream(method.name, fn), _safe_parser(req_cls), _bytes_or_message)
             else:
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._wrap_unary(method.name, fn), _safe_parser(req_cls), resp_cls.SerializeToString)
+                    self._wrap_unary(method.name, fn), _safe_parser(req_cls), _bytes_or_message)
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
     def _wrap_unary(self, name: str, fn):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
@@ -13,7 +14,7 @@ from ..store import GetStatus, PutStatus, Unavailable, codec
 from ..store.results import GetResult
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
-from .convert import PULL_STATUS, SEND_STATUS, message_to_pb
+from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response
 
 if TYPE_CHECKING:
     from .server import StoreServer
@@ -22,6 +23,16 @@ log = logging.getLogger(__name__)
 
 DISK_FULL = "disk full"
 WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
+
+
+@dataclass(slots=True)
+class Pulled:
+    """A pull's answer (a message, or its bytes in raw mode) and what the caller needs of it."""
+
+    response: object
+    status: GetStatus
+    next_offset: int
+    count: int
 
 
 class DataPlane:
@@ -39,57 +50,90 @@ class DataPlane:
 
     # ------------------------------------------------------------------ send
 
-    async def Send(self, request: pb.SendRequest, context) -> pb.SendResponse:
+    async def Send(self, request, context) -> pb.SendResponse:
+        """``request`` is the raw SendRequest bytes when the compiled transcoder is available
+        (see server.RAW_REQUESTS), else a parsed message."""
         await self._ready(context)
         t0 = time.perf_counter()
+        store = self.store
+        born = codec.host_bytes_cached(_peer_host(context))
+        if isinstance(request, (bytes, bytearray)):
+            groups, wait, n = codec._native.transcode_send(
+                request, store.config.maxMessageSize, store.commitlog.store_host_bytes, store.clock.now_ms(),
+                codec._crc32, born, v.InvalidArgument, v.MAX_BATCH)
+        else:
+            groups, n = self._prepare_parsed(request, born)
+        for topic, qid, _batch, idx in groups:
+            limit = self.server.queue_count(topic)
+            if qid >= limit:
+                raise v.InvalidArgument(f"entries[{idx[0]}].queue_id", f"{qid} is out of range: topic {topic} has {limit} queues")
+        if store.config.flushDiskType == "SYNC_FLUSH":  # waits for the group commit: off the event loop
+            outcomes = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._append_groups, groups)
+        else:  # an append is a copy into the page cache; a thread hop would cost more than it
+            outcomes = self._append_groups(groups)
+        store.dispatcher.wakeup()  # once per call: consumers see the batch without waiting a poll
+        if all(not res.status.stored for _, res in outcomes) and all(
+                res.status is PutStatus.SERVICE_NOT_AVAILABLE for _, res in outcomes):  # nothing stored: fail the call
+            res = outcomes[0][1]
+            full = res.unavailable is Unavailable.DISK_FULL
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE,
+                                f"{DISK_FULL}: {res.reason}" if full else res.reason)
+        m = self.server.metrics
+        if m is not None:
+            m.put_latency.observe(time.perf_counter() - t0)
+            for idx, res in outcomes:
+                m.put_messages.labels(res.status.name).inc(len(idx))
+                if res.status.stored:
+                    m.put_bytes.inc(res.wrote_bytes)
+        if codec._native is not None:  # the serialized response (the handler's serializer passes bytes on)
+            return codec._native.encode_send_response(n, self.server.node_name, [
+                (idx, SEND_STATUS[res.status], qid, res.queue_offset if res.status.stored else -1, res.phy_offset,
+                 res.sizes, res.store_host, _error_text(res)) for (topic, qid, _b, idx), (_, res) in zip(groups, outcomes)])
+        return pb.SendResponse(results=self._results(groups, outcomes, n), node=self.server.node_name)
+
+    @staticmethod
+    def _results(groups: list, outcomes: list, n: int) -> list[pb.SendResult]:
+        results: list[pb.SendResult | None] = [None] * n
+        for (topic, qid, _batch, idx), (_, res) in zip(groups, outcomes):
+            status = SEND_STATUS[res.status]
+            if res.status.stored:
+                for i, (mid, qoff, phy) in zip(idx, res.entries()):
+                    results[i] = pb.SendResult(status=status, message_id=mid, queue_id=qid, queue_offset=qoff, commitlog_offset=phy)
+            else:
+                for i in idx:
+                    results[i] = pb.SendResult(status=status, queue_id=qid, error=_error_text(res))
+        return results  # type: ignore[return-value]
+
+    def _prepare_parsed(self, request: pb.SendRequest, born: bytes) -> tuple[list, int]:
+        """The protobuf path: validate each entry, then encode one batch per (topic, queue)."""
         n = len(request.entries)
         if not 1 <= n <= v.MAX_BATCH:
             raise v.InvalidArgument("entries", f"must hold 1 to {v.MAX_BATCH} entries, got {n}")
         store = self.store
-        born_host = _peer_host(context)
         max_body = store.config.maxMessageSize
-        msgs = [v.entry_to_message(e, i, max_body, born_host) for i, e in enumerate(request.entries)]
+        host = codec.host_from_bytes(born)
+        msgs = [v.entry_to_message(e, i, max_body, host) for i, e in enumerate(request.entries)]
         if request.HasField("wait_flush") and not request.wait_flush:
             for m in msgs:
                 m.properties[codec.PROP_WAIT] = "false"
-        groups: dict[tuple[str, int], list[int]] = {}
+        members: dict[tuple[str, int], list[int]] = {}
         for i, m in enumerate(msgs):
-            groups.setdefault((m.topic, m.queue_id), []).append(i)
-        for (topic, qid), idx in groups.items():
-            limit = self.server.queue_count(topic)
-            if qid >= limit:
-                raise v.InvalidArgument(f"entries[{idx[0]}].queue_id", f"{qid} is out of range: topic {topic} has {limit} queues")
-        loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self.server.executor, self._put_groups, groups, msgs)
-        store.dispatcher.wakeup()  # once per call: consumers see the batch without waiting a poll
-        if all(r.status == pb.SERVICE_NOT_AVAILABLE for r in results):  # nothing stored: fail the call
-            full = results[0].error.startswith(DISK_FULL)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE, results[0].error)
-        m = self.server.metrics
-        if m is not None:
-            m.put_latency.observe(time.perf_counter() - t0)
-            for r in results:
-                m.put_messages.labels(pb.SendStatus.Name(r.status)).inc()
-        return pb.SendResponse(results=results, node=self.server.node_name)
+            members.setdefault((m.topic, m.queue_id), []).append(i)
+        groups = []
+        now = store.clock.now_ms()
+        for (topic, qid), idx in members.items():
+            try:
+                batch = codec.prepare_batch(topic, qid, [msgs[i] for i in idx], store.commitlog.store_host_bytes, now, max_body)
+            except codec.BatchError as e:
+                raise v.InvalidArgument(f"entries[{idx[e.index]}]", e.reason) from None
+            groups.append((topic, qid, batch, idx))
+        return groups, n
 
-    def _put_groups(self, groups: dict[tuple[str, int], list[int]], msgs: list[codec.Message]) -> list[pb.SendResult]:
-        results: list[pb.SendResult | None] = [None] * len(msgs)
+    def _append_groups(self, groups: list) -> list:
+        """Append each queue's batch; (entry indices, PutResult) per group."""
         store = self.store
-        for (topic, qid), idx in groups.items():
-            res = store.put_messages(topic, qid, [msgs[i] for i in idx])
-            status = SEND_STATUS[res.status]
-            if res.status.stored:
-                if self.server.metrics is not None:
-                    self.server.metrics.put_bytes.inc(res.wrote_bytes)
-                for i, (mid, qoff, phy) in zip(idx, res.entries()):
-                    results[i] = pb.SendResult(status=status, message_id=mid, queue_id=qid, queue_offset=qoff, commitlog_offset=phy)
-            else:
-                error = res.reason
-                if res.unavailable is Unavailable.DISK_FULL:
-                    error = f"{DISK_FULL}: {res.reason}"
-                for i in idx:
-                    results[i] = pb.SendResult(status=status, queue_id=qid, error=error)
-        return results  # type: ignore[return-value]
+        return [(idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch))
+                for topic, qid, batch, idx in groups]
 
     # ------------------------------------------------------------------ pull
 
@@ -103,9 +147,10 @@ class DataPlane:
         timeout = v.check_range(request.timeout_ms, "timeout_ms", 0, v.MAX_TIMEOUT_MS) / 1000
         if request.group:
             v.check_group(request.group)
-        return await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
+        outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
+        return outcome.response
 
-    async def _pull(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, timeout, raw, context) -> pb.PullResponse:
+    async def _pull(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, timeout, raw, context) -> "Pulled":
         deadline = time.monotonic() + timeout
         waiters = self.server.waiters
         while True:
@@ -114,22 +159,23 @@ class DataPlane:
                 t0 = time.perf_counter()
                 result = self.store.get_message(None, topic, qid, offset, max_msgs, max_bytes, tag_filter)
                 with result:
-                    response = _pull_response(result, raw)
+                    response = raw_pull_response(result) if raw else _pull_response(result)
+                    outcome = Pulled(response, result.status, result.next_offset, len(result))
                 if self.server.metrics is not None:
                     self.server.metrics.pull_latency.observe(time.perf_counter() - t0)
-                    self.server.metrics.pull_messages.inc(response.record_count)
+                    self.server.metrics.pull_messages.inc(outcome.count)
                 left = deadline - time.monotonic()
                 if result.status not in WAITABLE or left <= 0 or fut is None or self.server.stopping:
-                    return response
+                    return outcome
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), left)
                 except asyncio.TimeoutError:
-                    return response
+                    return outcome
             finally:
                 if fut is not None:
                     waiters.unregister(topic, qid, fut)
             if context is not None and context.cancelled():
-                return response
+                return outcome
 
     async def Subscribe(self, request: pb.SubscribeRequest, context):
         await self._ready(context)
@@ -142,15 +188,15 @@ class DataPlane:
             v.check_group(request.group)
         offset = self.store.max_offset(topic, qid) if request.offset == -1 else request.offset
         while not self.server.stopping:
-            resp = await self._pull(topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0,
-                                    request.raw, context)
-            if resp.status == pb.OFFSET_TOO_SMALL or resp.status == pb.OFFSET_OVERFLOW_BADLY:
-                offset = resp.next_offset  # retention moved past us, or the queue was reset
-                yield resp
+            got = await self._pull(topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0,
+                                   request.raw, context)
+            if got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+                offset = got.next_offset  # retention moved past us, or the queue was reset
+                yield got.response
                 continue
-            if resp.record_count or resp.next_offset != offset:
-                offset = resp.next_offset
-                yield resp
+            if got.count or got.next_offset != offset:
+                offset = got.next_offset
+                yield got.response
 
     # ------------------------------------------------------------------ lookups
 
@@ -237,18 +283,22 @@ class DataPlane:
         return pb.GetRouteResponse(nodes=await self.server.route(request.topic, local))
 
 
+def _error_text(res) -> str:
+    if res.status.stored:
+        return ""
+    if res.unavailable is Unavailable.DISK_FULL:
+        return f"{DISK_FULL}: {res.reason}"
+    return res.reason
+
+
 def _topic_pb(t) -> pb.TopicInfo:
     return pb.TopicInfo(name=t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm)
 
 
-def _pull_response(result: GetResult, raw: bool) -> pb.PullResponse:
+def _pull_response(result: GetResult) -> pb.PullResponse:
     resp = pb.PullResponse(status=PULL_STATUS[result.status], next_offset=result.next_offset,
                            min_offset=result.min_offset, max_offset=result.max_offset, record_count=len(result))
-    if len(result):
-        if raw:
-            resp.records = result.raw()
-        else:
-            resp.messages.extend(message_to_pb(codec.decode(b)) for b in result.buffers)
+    resp.messages.extend(message_to_pb(codec.decode(b)) for b in result.buffers)
     return resp
 
 

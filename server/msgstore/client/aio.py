@@ -8,7 +8,7 @@ from typing import Sequence
 import grpc
 
 from ..v1 import msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
-from .client import RETRYABLE, ROUTE_TTL_S, OutMessage, PullResult, SendResult, StoreError, _send_result, pull_result
+from .client import RETRYABLE, ROUTE_TTL_S, OutMessage, PullResult, SendResult, StoreError, _send_result, encode_send, pull_result
 from .connection import Security, aio_channel, split_endpoints
 from .routing import Node, QueueRef, Route
 
@@ -23,11 +23,14 @@ class AsyncClient:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._routes: dict[str, Route] = {}
 
-    def stub(self, address: str) -> pbg.MessageStoreStub:
+    def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
         if ch is None:
             ch = self._channels[address] = aio_channel(address, self.security)
-        return pbg.MessageStoreStub(ch)
+        return ch
+
+    def stub(self, address: str) -> pbg.MessageStoreStub:
+        return pbg.MessageStoreStub(self._channel(address))
 
     async def _call(self, address: str, method: str, request, timeout: float | None = None, node: str = ""):
         try:
@@ -75,10 +78,11 @@ class AsyncClient:
         tried: set[str] = set()
         target = queue or route.pick(key)
         while True:
-            req = pb.SendRequest(entries=[m.entry(topic, target.queue_id) for m in messages])
+            req = encode_send(topic, target.queue_id, messages, None)
+            send = self._channel(target.address).unary_unary(
+                "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString)
             try:
-                resp = await self.stub(target.address).Send(req, timeout=self.timeout,
-                                                            metadata=self.security.data_metadata() or None)
+                resp = await send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
                 return [_send_result(r, target.node) for r in resp.results]
             except grpc.aio.AioRpcError as e:
                 if e.code() not in RETRYABLE or queue is not None:

@@ -75,13 +75,37 @@ class PullResult:
     node: str = ""
 
 
+def encode_send(topic: str, queue_id: int, messages: Sequence[OutMessage], wait_flush: bool | None) -> bytes:
+    """SendRequest bytes: compiled when available (a protobuf object per entry costs more
+    than the whole send), else through protobuf. Both produce the same wire format."""
+    if codec._native is not None:
+        return codec._native.encode_send_request(topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush))
+    req = pb.SendRequest(entries=[m.entry(topic, queue_id) for m in messages])
+    if wait_flush is not None:
+        req.wait_flush = wait_flush
+    return req.SerializeToString()
+
+
+_STATUS_NAMES = {v.number: v.name for v in pb.SendStatus.DESCRIPTOR.values}
+
+
 def _send_result(r: pb.SendResult, node: str) -> SendResult:
-    return SendResult(pb.SendStatus.Name(r.status), r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error)
+    return SendResult(_STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error)
+
+
+def decode_records(data: bytes) -> list[codec.StoredMessage]:
+    """Messages of a raw pull (compiled when available)."""
+    if codec._native is not None:
+        return codec._native.decode_records(data, codec.StoredMessage, _HOSTS, codec.host_from_bytes)
+    from ..api.convert import decode_records as decode_python
+
+    return decode_python(data)
+
+
+_HOSTS: dict[bytes, tuple[str, int]] = {}
 
 
 def pull_result(resp: pb.PullResponse, node: str) -> PullResult:
-    from ..api.convert import decode_records
-
     msgs = decode_records(resp.records) if resp.records else []
     return PullResult(pb.PullStatus.Name(resp.status), resp.next_offset, resp.min_offset, resp.max_offset, msgs, node)
 
@@ -113,6 +137,11 @@ class Client:
                 if ch is None:
                     ch = self._channels[address] = sync_channel(address, self.security)
         return ch
+
+    def _raw_send(self, address: str):
+        """Send taking already-serialized SendRequest bytes (see :func:`encode_send`)."""
+        return self.channel(address).unary_unary("/msgstore.v1.MessageStore/Send", request_serializer=None,
+                                                 response_deserializer=pb.SendResponse.FromString)
 
     def stub(self, address: str) -> pbg.MessageStoreStub:
         return pbg.MessageStoreStub(self.channel(address))
@@ -187,11 +216,9 @@ class Client:
         except LookupError as e:
             raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         while True:
-            req = pb.SendRequest(entries=[m.entry(topic, target.queue_id) for m in messages])
-            if wait_flush is not None:
-                req.wait_flush = wait_flush
+            req = encode_send(topic, target.queue_id, messages, wait_flush)
             try:
-                resp = self.stub(target.address).Send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
+                resp = self._raw_send(target.address)(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
                 return [_send_result(r, target.node) for r in resp.results]
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE or queue is not None:

@@ -2,8 +2,13 @@
 
 ``send()`` only queues the message and returns a future; a sender thread collects what
 arrived within ``linger_ms`` (or ``max_batch`` messages), splits it by target queue and sends
-each batch, the batches for different nodes in parallel. A loop of single sends thus costs
-one RPC per batch instead of one per message.
+each batch, the batches for different queues in parallel. A loop of single sends thus costs one
+RPC per batch instead of one per message. Messages without a key go to one queue per batch,
+the next batch to the next queue, so batches stay large; keyed messages go by key hash.
+
+``send()`` is kept cheap on purpose: a lock-free append, and a future that allocates nothing
+to wait on until someone actually waits (``concurrent.futures.Future`` builds a Condition and
+an RLock per message, more than the rest of ``send()`` together).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import collections
 import concurrent.futures
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import grpc
 
@@ -20,56 +25,94 @@ from .client import Client, OutMessage, SendResult, StoreError
 from .routing import QueueRef
 
 
+class SendFuture:
+    """The result of one queued message; ``result()`` blocks until it is answered."""
+
+    __slots__ = ("_producer", "_result", "_exception", "_done", "_callbacks")
+
+    def __init__(self, producer: "Producer"):
+        self._producer = producer
+        self._result: SendResult | None = None
+        self._exception: BaseException | None = None
+        self._done = False
+        self._callbacks: list[Callable[["SendFuture"], None]] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> SendResult:
+        if not self._done:
+            self._producer._wait_for(self, timeout)
+        if self._exception is not None:
+            raise self._exception
+        return self._result  # type: ignore[return-value]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._done:
+            self._producer._wait_for(self, timeout)
+        return self._exception
+
+    def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:
+        with self._producer._done_cond:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+
 class Producer:
     def __init__(self, client: Client, *, linger_ms: float = 5, max_batch: int = 1000, max_buffered: int = 100_000,
-                 parallelism: int = 8):
+                 parallelism: int = 4):
         self.client = client
         self.linger_s = linger_ms / 1000
         self.max_batch = max_batch
         self.max_buffered = max_buffered
         self._items: collections.deque = collections.deque()
-        self._cond = threading.Condition()
+        self._wake = threading.Event()
+        self._idle = False
         self._closed = False
         self._in_flight = 0
+        self._done_cond = threading.Condition()
+        self._space = threading.Condition()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="msgstore-producer")
         self._thread = threading.Thread(target=self._run, name="msgstore-producer", daemon=True)
         self._thread.start()
 
     def send(self, topic: str, body: bytes | str, *, key: str | None = None, keys: Sequence[str] = (),
              tags: str | None = None, properties: dict[str, str] | None = None,
-             uniq_key: str | None = None) -> concurrent.futures.Future:
+             uniq_key: str | None = None) -> SendFuture:
         """Queue one message; the future resolves to its :class:`SendResult`."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
         if isinstance(body, str):
             body = body.encode()
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        item = (topic, key, OutMessage(body, key, keys, tags, properties or {}, uniq_key), fut)
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("producer is closed")
-            while len(self._items) >= self.max_buffered:
-                self._cond.wait()
-            self._items.append(item)
-            if len(self._items) == 1 or len(self._items) >= self.max_batch:
-                self._cond.notify_all()
+        fut = SendFuture(self)
+        if len(self._items) >= self.max_buffered:
+            with self._space:
+                self._space.wait_for(lambda: len(self._items) < self.max_buffered or self._closed)
+        self._items.append((topic, key, OutMessage(body, key, keys, tags, properties or {}, uniq_key), fut))
+        if self._idle:
+            self._wake.set()
         return fut
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far has been answered."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            self._cond.notify_all()
+        self._wake.set()
+        with self._done_cond:
             while self._items or self._in_flight:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._cond.wait(left if left is not None else 0.1)
+                self._done_cond.wait(min(left, 0.1) if left is not None else 0.1)
         return True
 
     def close(self, timeout: float | None = 30) -> None:
         self.flush(timeout)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._closed = True
+        self._wake.set()
         self._thread.join(5)
         self._pool.shutdown(wait=True)
 
@@ -79,40 +122,77 @@ class Producer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # ------------------------------------------------------------------ futures
+
+    def _wait_for(self, fut: SendFuture, timeout: float | None) -> None:
+        self._wake.set()
+        with self._done_cond:
+            if not self._done_cond.wait_for(lambda: fut._done, timeout):
+                raise concurrent.futures.TimeoutError()
+
+    def _resolve(self, pairs: list[tuple[SendFuture, SendResult | None, BaseException | None]]) -> None:
+        callbacks = []
+        with self._done_cond:
+            for fut, res, exc in pairs:
+                fut._result, fut._exception, fut._done = res, exc, True
+                if fut._callbacks:
+                    callbacks.extend((cb, fut) for cb in fut._callbacks)
+            self._done_cond.notify_all()
+        for cb, fut in callbacks:
+            cb(fut)
+
     # ------------------------------------------------------------------ sender thread
 
     def _run(self) -> None:
+        items = self._items
         while True:
-            with self._cond:
-                while not self._items and not self._closed:
-                    self._cond.wait()
-                if not self._items and self._closed:
+            if not items:
+                if self._closed:
                     return
-                first_at = time.monotonic()
-                while len(self._items) < self.max_batch and not self._closed:
-                    left = first_at + self.linger_s - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch = [self._items.popleft() for _ in range(min(len(self._items), self.max_batch * 8))]
+                self._idle = True
+                if not items:  # re-check after announcing idleness: an append may have raced us
+                    self._wake.wait(0.05)
+                self._wake.clear()
+                self._idle = False
+                continue
+            first_at = time.monotonic()
+            while len(items) < self.max_batch and not self._closed:
+                left = first_at + self.linger_s - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+                self._wake.clear()
+            batch = [items.popleft() for _ in range(min(len(items), self.max_batch * 8))]
+            if len(items) < self.max_buffered:
+                with self._space:
+                    self._space.notify_all()
+            with self._done_cond:
                 self._in_flight += len(batch)
-                self._cond.notify_all()
             try:
                 self._send(batch)
             finally:
-                with self._cond:
+                with self._done_cond:
                     self._in_flight -= len(batch)
-                    self._cond.notify_all()
+                    self._done_cond.notify_all()
 
     def _send(self, batch: list) -> None:
         groups: dict[tuple[str, QueueRef], list] = {}
+        failures = []
+        sticky: dict[str, QueueRef] = {}  # messages without a key share one queue per batch (Kafka's sticky partitioner)
         for topic, key, msg, fut in batch:
             try:
-                target = self.client.route(topic).pick(key)
+                if key is None:
+                    target = sticky.get(topic)
+                    if target is None:
+                        target = sticky[topic] = self.client.route(topic).pick()
+                else:
+                    target = self.client.route(topic).pick(key)
             except (StoreError, LookupError) as e:  # no route: fail just these messages
-                fut.set_exception(e if isinstance(e, StoreError) else StoreError(grpc.StatusCode.UNAVAILABLE, str(e)))
+                failures.append((fut, None, e if isinstance(e, StoreError) else StoreError(grpc.StatusCode.UNAVAILABLE, str(e))))
                 continue
-            groups.setdefault((topic, target), []).append((key, msg, fut))
+            groups.setdefault((topic, target), []).append((msg, fut))
+        if failures:
+            self._resolve(failures)
         jobs = []
         for (topic, target), items in groups.items():
             for i in range(0, len(items), self.max_batch):
@@ -121,10 +201,8 @@ class Producer:
 
     def _send_group(self, topic: str, target: QueueRef, items: list) -> None:
         try:
-            results: list[SendResult] = self.client.send_batch(topic, [m for _, m, _ in items], prefer=target)
+            results: list[SendResult] = self.client.send_batch(topic, [m for m, _ in items], prefer=target)
         except (StoreError, LookupError) as e:
-            for _, _, fut in items:
-                fut.set_exception(e)
+            self._resolve([(fut, None, e) for _, fut in items])
             return
-        for (_, _, fut), res in zip(items, results):
-            fut.set_result(res)
+        self._resolve([(fut, res, None) for (_, fut), res in zip(items, results)])

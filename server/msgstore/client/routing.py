@@ -46,8 +46,11 @@ class Route:
 
     @property
     def queues(self) -> list[QueueRef]:
-        """Every (node, queue) pair of ready nodes."""
-        return [QueueRef(n.name or n.address, n.address, q) for n in self.nodes if n.ready for q in n.queue_ids]
+        """Every (node, queue) pair of ready nodes, nodes interleaved (n0/q0, n1/q0, n0/q1, …)
+        so that consecutive picks, and consecutive producer batches, land on different nodes."""
+        pairs = [QueueRef(n.name or n.address, n.address, q) for n in self.nodes if n.ready for q in n.queue_ids]
+        rank = {n.address: i for i, n in enumerate(self.nodes)}
+        return sorted(pairs, key=lambda p: (p.queue_id, rank[p.address]))
 
     def usable(self) -> list[QueueRef]:
         now = time.monotonic()

@@ -14,7 +14,7 @@ import socket
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 try:  # zlib-ng computes the same CRC-32 about 3x faster than CPython's zlib on 1 KiB bodies.
     from zlib_ng.zlib_ng import crc32 as _crc32
@@ -294,9 +294,12 @@ class Message:
         return keys_of(self.properties)
 
 
-@dataclass(slots=True)
-class StoredMessage:
-    """A record decoded from the commit log, with every field of STORE_SPEC §2."""
+class StoredMessage(NamedTuple):
+    """A record decoded from the commit log, with every field of STORE_SPEC §2.
+
+    A named tuple rather than a dataclass: pulls decode hundreds of thousands per second, and
+    a tuple can be built in C without running a Python ``__init__``.
+    """
 
     store_size: int
     magic: int

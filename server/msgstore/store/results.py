@@ -116,8 +116,11 @@ class GetResult:
         self.queue_offsets.append(queue_offset)
         self.buffer_total += len(view)
 
-    def hold(self, release: Callable[[], None]) -> None:
+    def hold(self, release: Callable[[], None], view: memoryview | None = None) -> None:
+        """Keep a segment referenced (and the view its records are sliced from) until release."""
         self._release.append(release)
+        if view is not None:
+            self._release.append(view.release)
 
     def messages(self) -> list[codec.StoredMessage]:
         return [codec.decode(b) for b in self.buffers]
@@ -131,7 +134,7 @@ class GetResult:
             b.release()
         self.buffers = []
         rel, self._release = self._release, []
-        for r in rel:
+        for r in reversed(rel):  # views before the segment they came from
             r()
 
     def __enter__(self) -> "GetResult":

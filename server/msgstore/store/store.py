@@ -453,47 +453,64 @@ class MessageStore:
         refusal = self._write_refusal()
         if refusal is not None:
             return failed(PutStatus.SERVICE_NOT_AVAILABLE, refusal.value, refusal)
+        checked = self.check_destination(topic, queue_id, len(msgs))
+        if checked is not None:
+            return checked
+        try:
+            batch = codec.prepare_batch(topic, queue_id, msgs, self.commitlog.store_host_bytes, self.clock.now_ms(),
+                                        self.config.maxMessageSize)
+        except codec.BatchError as e:
+            self.stats["put_failures"] += 1
+            reason = e.reason if len(msgs) == 1 else f"message {e.index}: {e.reason}"
+            return failed(PutStatus[e.status], reason)
+        return self.put_prepared(batch)
+
+    def check_destination(self, topic: str, queue_id: int, count: int) -> PutResult | None:
+        """Topic name, queue range (auto-creating the topic) and a non-empty batch."""
+        err = codec.topic_error(topic)
+        if err:
+            return failed(PutStatus.MESSAGE_ILLEGAL, err)
+        if count == 0:
+            return failed(PutStatus.MESSAGE_ILLEGAL, "a batch needs at least one message")
+        tc = self.topics.get(topic)
+        if tc is None:
+            if not self.config.autoCreateTopicEnable:
+                return failed(PutStatus.MESSAGE_ILLEGAL, f"topic {topic} does not exist")
+            tc = self.create_topic(topic)
+        if not 0 <= queue_id < tc.write_queue_nums:
+            return failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range: topic {topic} has {tc.write_queue_nums} queues")
+        return None
+
+    def put_prepared(self, batch) -> PutResult:
+        """Append a batch already prepared (validated and encoded) for one queue; the API
+        prepares every queue's batch of a request before appending any of them."""
+        refusal = self._write_refusal()
+        if refusal is not None:
+            return failed(PutStatus.SERVICE_NOT_AVAILABLE, refusal.value, refusal)
         with self._inflight_cond:
             self._inflight += 1
         try:
-            result = self._put(topic, queue_id, msgs)
+            result = self._append(batch)
         finally:
             with self._inflight_cond:
                 self._inflight -= 1
                 if self._inflight == 0:
                     self._inflight_cond.notify_all()
         if result.status.stored:
-            self.stats["put_messages"] += len(msgs)
-            self.stats["put_bytes"] += result.wrote_bytes
+            self.stats["put_messages"] += len(batch)
+            self.stats["put_bytes"] += batch.total
         else:
             self.stats["put_failures"] += 1
         return result
 
-    def _put(self, topic: str, queue_id: int, msgs: Sequence[codec.Message]) -> PutResult:
-        cfg = self.config
-        err = codec.topic_error(topic)
-        if err:
-            return failed(PutStatus.MESSAGE_ILLEGAL, err)
-        if not msgs:
-            return failed(PutStatus.MESSAGE_ILLEGAL, "a batch needs at least one message")
-        tc = self.topics.get(topic)
-        if tc is None:
-            if not cfg.autoCreateTopicEnable:
-                return failed(PutStatus.MESSAGE_ILLEGAL, f"topic {topic} does not exist")
-            tc = self.create_topic(topic)
-        if not 0 <= queue_id < tc.write_queue_nums:
-            return failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range: topic {topic} has {tc.write_queue_nums} queues")
+    def _append(self, batch) -> PutResult:
         cl = self.commitlog
-        try:
-            batch = codec.prepare_batch(topic, queue_id, msgs, cl.store_host_bytes, self.clock.now_ms(), cfg.maxMessageSize)
-        except codec.BatchError as e:
-            reason = e.reason if len(msgs) == 1 else f"message {e.index}: {e.reason}"
-            return failed(PutStatus[e.status], reason)
+        topic, queue_id = batch.topic, batch.queue_id
         key = (topic, queue_id)
         with self._queue_lock(key):
             qoff = self._queue_offsets.get(key, 0)
             try:
-                app = cl.append(batch, qoff, cfg.osPageCacheBusyTimeOutMills / 1000,
+                app = cl.append(batch, qoff, self.config.osPageCacheBusyTimeOutMills / 1000,
                                 on_appended=lambda phy, end, ts: self.dispatcher.add_hint(
                                     Hint(phy, end, topic, queue_id, qoff, ts, batch.sizes, batch.tags_codes, batch.key_hashes,
                                          batch.key_owner, batch.sys_flags, batch.takes_offset)))
@@ -533,6 +550,7 @@ class MessageStore:
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
         removing = False
         cl = self.commitlog
+        seg = seg_view = None
         next_offset = offset
         scanned = 0
         limit = max(MAX_SCAN_UNITS, max_msgs)
@@ -552,18 +570,23 @@ class MessageStore:
                     continue
                 if codes is not None and tag not in codes:
                     continue
-                held = cl.view(phy, size)
-                if held is None:
+                if seg is None or not (seg.start <= phy < seg.start + seg.size):
+                    seg = cl.segments.find(phy)  # units mostly share a segment: hold it once per pull
+                    if seg is not None and seg.hold():
+                        seg_view = memoryview(seg.mm)
+                        result.hold(seg.release, seg_view)
+                    else:
+                        seg = None
+                if seg is None or phy - seg.start + size > seg.read_position:
                     if not result.buffer_total:
                         removing = True
                     continue
-                seg, view = held
+                pos = phy - seg.start
+                view = seg_view[pos:pos + size]
                 if tags is not None and _record_tags(view) not in tags:
                     view.release()
-                    seg.release()
                     continue
                 result.add(view, unit_offset)
-                result.hold(seg.release)
         result.next_offset = next_offset
         if len(result):
             result.status = GetStatus.FOUND

@@ -1,0 +1,142 @@
+"""The compiled wire code (SendRequest → records, requests, responses, pulled records) must
+agree with the protobuf path it replaces."""
+
+import types
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from msgstore.api import validation as v
+from msgstore.api.convert import decode_records as decode_python
+from msgstore.api.servicer import DataPlane
+from msgstore.client.client import OutMessage, encode_send
+from msgstore.store import codec
+from msgstore.v1 import msgstore_pb2 as pb
+
+native = pytest.importorskip("msgstore.store._native")
+
+BORN = codec.host_bytes(("10.1.1.1", 5000))
+STORE_HOST = codec.host_bytes(("10.2.2.2", 10911))
+
+safe_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02 "), max_size=8)
+any_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
+topics = st.sampled_from(["T1", "T2", "a-b_%|c", "", "bad/topic", "x" * 128])
+entries = st.builds(
+    pb.SendEntry, topic=topics, queue_id=st.integers(-2, 3), body=st.binary(max_size=64), tags=any_text,
+    keys=st.lists(any_text, max_size=3), uniq_key=any_text,
+    properties=st.dictionaries(any_text, any_text, max_size=3), flag=st.integers(-2**31, 2**31 - 1),
+    born_timestamp=st.integers(-5, 2**42))
+
+
+@pytest.fixture
+def plane(make_store):
+    store = make_store()
+    return DataPlane(types.SimpleNamespace(store=store)), store
+
+
+def _python(plane, request):
+    dp, store = plane
+    store.commitlog.set_store_host(codec.host_from_bytes(STORE_HOST))
+    return dp._prepare_parsed(request, BORN)
+
+
+def _native(plane, data):
+    _, store = plane
+    return native.transcode_send(data, store.config.maxMessageSize, STORE_HOST, store.clock.now_ms(), codec._crc32, BORN,
+                                 v.InvalidArgument, v.MAX_BATCH)
+
+
+def _records(batch):
+    data = bytes(batch.finalize(7, 1000, 55))
+    out, pos = [], 0
+    while pos < len(data):
+        m = codec.decode(data, pos)
+        out.append(m._replace(born_timestamp=0 if m.born_timestamp > 10**12 else m.born_timestamp))
+        pos += m.store_size
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(entries, min_size=1, max_size=6), st.one_of(st.none(), st.booleans()))
+def test_transcode_agrees_with_the_protobuf_path(plane, items, wait):
+    req = pb.SendRequest(entries=items)
+    if wait is not None:
+        req.wait_flush = wait
+    data = req.SerializeToString()
+    try:
+        expected, n = _python(plane, pb.SendRequest.FromString(data))
+    except v.InvalidArgument as e:
+        with pytest.raises(v.InvalidArgument) as got:
+            _native(plane, data)
+        assert got.value.field.split(".")[0] == e.field.split(".")[0], (e, got.value)  # the same entry
+        return
+    groups, w, count = _native(plane, data)
+    assert count == n == len(items) and w == (-1 if wait is None else int(wait))
+    assert [(t, q, idx) for t, q, _, idx in groups] == [(t, q, idx) for t, q, _, idx in expected]
+    for (_, _, nb, _), (_, _, pbatch, _) in zip(groups, expected):
+        assert nb.sizes == pbatch.sizes and nb.tags_codes == pbatch.tags_codes
+        assert sorted(zip(nb.key_owner, nb.key_hashes)) == sorted(zip(pbatch.key_owner, pbatch.key_hashes))
+        assert nb.wait_flush == pbatch.wait_flush
+        for a, b in zip(_records(nb), _records(pbatch)):
+            assert a._replace(properties={}) == b._replace(properties={})  # map order is not defined by protobuf
+            assert a.properties == b.properties
+
+
+@pytest.mark.parametrize("bad,field", [
+    (pb.SendEntry(topic="ok", body=b"x", keys=["a b"]), "entries[1].keys[0]"),
+    (pb.SendEntry(topic="ok", body=b"x", properties={"TAGS": "v"}), "entries[1].properties['TAGS']"),
+    (pb.SendEntry(topic="ok", body=b"x" * (4 * 1024 * 1024 + 1)), "entries[1].body"),
+    (pb.SendEntry(topic="ok", body=b"x", born_timestamp=-1), "entries[1].born_timestamp"),
+    (pb.SendEntry(topic="ok", body=b"x", properties={"p": "v" * 40000}), "entries[1].properties"),
+])
+def test_both_paths_name_the_same_field(plane, bad, field):
+    data = pb.SendRequest(entries=[pb.SendEntry(topic="ok", body=b"fine"), bad]).SerializeToString()
+    for run in (lambda: _python(plane, pb.SendRequest.FromString(data)), lambda: _native(plane, data)):
+        with pytest.raises(v.InvalidArgument) as e:
+            run()
+        assert e.value.field == field
+
+
+def test_transcode_rejects_broken_wire_bytes(plane):
+    for data in (b"\x0a\x10\x0a", b"\xff" * 11, b"\x0a\x05\x0a\x03ab"):
+        with pytest.raises(v.InvalidArgument) as e:
+            _native(plane, data)
+        assert e.value.field == "request"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.builds(OutMessage, body=st.binary(max_size=50), key=st.one_of(st.none(), safe_text.filter(bool)),
+                          keys=st.lists(safe_text.filter(bool), max_size=2), tags=st.one_of(st.none(), safe_text),
+                          properties=st.dictionaries(safe_text.filter(bool), safe_text, max_size=2),
+                          uniq_key=st.one_of(st.none(), safe_text), flag=st.integers(-2**31, 2**31 - 1)), min_size=1, max_size=5),
+       st.integers(0, 7), st.sampled_from([None, True, False]))
+def test_client_encoding_matches_protobuf(msgs, qid, wait):
+    data = encode_send("Topic", qid, msgs, wait)
+    expected = pb.SendRequest(entries=[m.entry("Topic", qid) for m in msgs])
+    if wait is not None:
+        expected.wait_flush = wait
+    assert pb.SendRequest.FromString(data) == expected
+
+
+def test_response_encoding_matches_protobuf():
+    groups = [([0, 2], pb.PUT_OK, 3, 10, 5000, [100, 120], STORE_HOST, ""),
+              ([1], pb.SERVICE_NOT_AVAILABLE, 1, -1, -1, [90], STORE_HOST, "disk full: über")]
+    data = native.encode_send_response(3, "node-7", groups)
+    resp = pb.SendResponse.FromString(data)
+    assert resp.node == "node-7"
+    assert [(r.status, r.queue_id, r.queue_offset, r.commitlog_offset, r.error) for r in resp.results] == [
+        (pb.PUT_OK, 3, 10, 5000, ""), (pb.SERVICE_NOT_AVAILABLE, 1, 0, 0, "disk full: über"), (pb.PUT_OK, 3, 11, 5100, "")]
+    assert resp.results[2].message_id == codec.message_id(STORE_HOST, 5100)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=40), st.dictionaries(safe_text.filter(bool), safe_text.filter(bool), max_size=3),
+                          st.sampled_from([("127.0.0.1", 1), ("::1", 2)])), min_size=1, max_size=6))
+def test_record_decoding_matches_the_codec(items):
+    data = b"".join(codec.encode_message(codec.Message("Dec", body, properties=props, born_host=host), i, i * 300, 9,
+                                         ("fe80::5", 10911) if i % 2 else ("10.0.0.1", 1))
+                    for i, (body, props, host) in enumerate(items))
+    assume(len(data) > 0)
+    got = native.decode_records(data, codec.StoredMessage, {}, codec.host_from_bytes)
+    assert got == decode_python(data)
+    assert all(type(m) is codec.StoredMessage for m in got)
