@@ -113,9 +113,7 @@ class DataPlane:
         max_body = store.config.maxMessageSize
         host = codec.host_from_bytes(born)
         msgs = [v.entry_to_message(e, i, max_body, host) for i, e in enumerate(request.entries)]
-        if request.HasField("wait_flush") and not request.wait_flush:
-            for m in msgs:
-                m.properties[codec.PROP_WAIT] = "false"
+        no_wait = request.HasField("wait_flush") and not request.wait_flush  # a request option, not stored
         members: dict[tuple[str, int], list[int]] = {}
         for i, m in enumerate(msgs):
             members.setdefault((m.topic, m.queue_id), []).append(i)
@@ -126,6 +124,8 @@ class DataPlane:
                 batch = codec.prepare_batch(topic, qid, [msgs[i] for i in idx], store.commitlog.store_host_bytes, now, max_body)
             except codec.BatchError as e:
                 raise v.InvalidArgument(f"entries[{idx[e.index]}]", e.reason) from None
+            if no_wait:
+                batch.wait_flush = False
             groups.append((topic, qid, batch, idx))
         return groups, n
 
