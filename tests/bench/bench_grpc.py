@@ -1,0 +1,86 @@
+"""The server over gRPC, client and server on this machine.
+
+Targets (issue 3): batched send of 1 KiB messages ≥ 100k msg/s with async flush; the
+auto-batching producer ≥ 20k msg/s from a loop of single send() calls; pull ≥ 150k msg/s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+from msgstore.client import Client, Consumer, OutMessage, Producer
+from tests.support.servers import ServerProcess
+
+from .common import Measure
+
+BODY = os.urandom(1024)
+
+
+def start_server(workdir: str, settings: list[str] | None = None) -> ServerProcess:
+    root = tempfile.mkdtemp(dir=workdir)
+    proc = ServerProcess(os.path.join(root, "data"), name="bench")
+    proc.settings = list(settings or [])  # the store's defaults, not the test harness's small files
+    return proc.start()
+
+
+def batched_send(client: Client, topic: str, streams: int, total: int = 150_000, batch: int = 500) -> float:
+    queues = client.route(topic).queues
+    msgs = [OutMessage(BODY, tags="t") for _ in range(batch)]
+    per = total // streams // batch
+
+    def work(k: int) -> None:
+        for i in range(per):
+            r = client.send_batch(topic, msgs, queue=queues[(k * 3 + i) % len(queues)])
+            assert r[-1].ok
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(streams)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return per * streams * batch / (time.perf_counter() - t)
+
+
+def producer_singles(client: Client, topic: str, total: int = 100_000) -> float:
+    with Producer(client, linger_ms=5) as p:
+        t = time.perf_counter()
+        for _ in range(total):
+            p.send(topic, BODY)
+        p.flush()
+        return total / (time.perf_counter() - t)
+
+
+def consume_all(client: Client, topic: str, expected: int) -> float:
+    consumer = Consumer(client, None, topic, max_messages=1024)
+    n = 0
+    t = time.perf_counter()
+    while n < expected:
+        got = consumer.poll(timeout=2)
+        assert got, f"stalled at {n}"
+        n += len(got)
+    return n / (time.perf_counter() - t)
+
+
+def run(workdir: str) -> list[Measure]:
+    server = start_server(workdir)
+    try:
+        client = Client(server.address, timeout=30)
+        one = [batched_send(client, f"s1-{i}", 1) for i in range(3)]
+        three = [batched_send(client, f"s3-{i}", 3) for i in range(3)]
+        prod = [producer_singles(client, f"p-{i}") for i in range(3)]
+        time.sleep(1)  # let the dispatcher finish before reading back
+        pull = [consume_all(client, f"s3-{i}", 150_000) for i in range(3)]
+    finally:
+        server.terminate()
+        shutil.rmtree(os.path.dirname(server.data_dir), ignore_errors=True)
+    return [
+        Measure("gRPC batched send, 1 KiB x 500, one stream", "msg/s", one, "target ≥ 100k"),
+        Measure("gRPC batched send, 1 KiB x 500, three streams", "msg/s", three, "target ≥ 100k"),
+        Measure("auto-batching producer, loop of single send()", "msg/s", prod, "target ≥ 20k"),
+        Measure("pull (consumer, raw records decoded in the client)", "msg/s", pull, "target ≥ 150k"),
+    ]

@@ -1,0 +1,37 @@
+"""``make bench``: every benchmark, printed and saved under tests/bench/results/.
+
+BENCH_ONLY=store,grpc picks suites; BENCH_DIR chooses where data goes (default: a temporary
+directory on the same disk as the repository).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+from . import bench_grpc, bench_store
+from .common import machine, save
+
+SUITES = {"store": bench_store.run, "grpc": bench_grpc.run}
+
+
+def main() -> int:
+    only = [s for s in os.environ.get("BENCH_ONLY", "").split(",") if s] or list(SUITES)
+    base = os.environ.get("BENCH_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tmp")
+    os.makedirs(base, exist_ok=True)
+    print(f"machine: {machine()}")
+    for name in only:
+        with tempfile.TemporaryDirectory(dir=base) as work:
+            t = time.perf_counter()
+            measures = SUITES[name](work)
+            print(f"\n== {name} ({time.perf_counter() - t:.0f} s)")
+            for m in measures:
+                print(m.line())
+            print(f"saved {save(name, measures)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
