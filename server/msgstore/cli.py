@@ -471,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
     s.set_defaults(fn=cmd_fsck)
 
+    from .pipeline.cli import add_commands
+
+    add_commands(sub)
     return parser
 
 

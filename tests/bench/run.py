@@ -11,10 +11,10 @@ import sys
 import tempfile
 import time
 
-from . import bench_grpc, bench_store
+from . import bench_grpc, bench_pipeline, bench_store
 from .common import machine, save
 
-SUITES = {"store": bench_store.run, "grpc": bench_grpc.run}
+SUITES = {"store": bench_store.run, "grpc": bench_grpc.run, "pipeline": bench_pipeline.run}
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
 
 cdef extern from "Python.h":
+    int PyBuffer_FillInfo(Py_buffer* view, object obj, void* buf, Py_ssize_t len, int readonly, int flags) except -1
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
@@ -1321,3 +1322,222 @@ cdef bytes _varint_bytes(uint64_t v):
     cdef char tmp[10]
     cdef char* end = put_varint(tmp, v)
     return tmp[:end - tmp]
+
+
+# =================================================================================================
+# records → columns (the Spark source builds Arrow arrays from these buffers without a Python
+# object per row)
+
+cdef class Buf:
+    """A growable byte buffer."""
+    cdef char* data
+    cdef Py_ssize_t len
+    cdef Py_ssize_t cap
+
+    def __cinit__(self, Py_ssize_t cap=4096):
+        self.cap = max(cap, 64)
+        self.len = 0
+        self.data = <char*>PyMem_Malloc(self.cap)
+        if self.data == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.data)
+
+    cdef int reserve(self, Py_ssize_t extra) except -1:
+        cdef char* grown
+        cdef Py_ssize_t cap = self.cap
+        if self.len + extra <= cap:
+            return 0
+        while self.len + extra > cap:
+            cap *= 2
+        grown = <char*>PyMem_Realloc(self.data, cap)
+        if grown == NULL:
+            raise MemoryError()
+        self.data = grown
+        self.cap = cap
+        return 0
+
+    cdef int add(self, const void* src, Py_ssize_t n) except -1:
+        self.reserve(n)
+        memcpy(self.data + self.len, src, n)
+        self.len += n
+        return 0
+
+    cdef int add_i32(self, int32_t v) except -1:
+        self.reserve(4)
+        memcpy(self.data + self.len, &v, 4)
+        self.len += 4
+        return 0
+
+    def bytes(self):
+        return PyBytes_FromStringAndSize(self.data, self.len)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        """Arrow wraps the decoded column data as it is (no copy into a bytes object)."""
+        PyBuffer_FillInfo(view, self, self.data, self.len, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+
+cdef inline int32_t _intern(object key, dict ids, list values, object make) except -2:
+    found = ids.get(key)
+    if found is None:
+        found = len(values)
+        ids[key] = found
+        values.append(make(key))
+    return found
+
+
+def decode_columns(const uint8_t[::1] mem, Py_ssize_t start, Py_ssize_t limit, Py_ssize_t max_records, bint queued_only,
+                   int32_t[::1] queue_id, int64_t[::1] queue_offset, int64_t[::1] phy, int64_t[::1] born_ts,
+                   int64_t[::1] store_ts, int32_t[::1] flag, int32_t[::1] sys_flag, int32_t[::1] reconsume,
+                   int32_t[::1] store_size, int32_t[::1] topic_id, int32_t[::1] born_host, int32_t[::1] store_host,
+                   uint8_t[::1] has_tags, dict topic_ids, list topics, dict host_ids, list hosts, object host_fn):
+    """Decode records from ``start`` into the given arrays (capacity = their length).
+
+    Returns (count, next_pos, stop, strings) where stop is as for :func:`scan` and strings holds
+    Arrow-ready buffers: body/tags/msg_id (offsets, data), keys (list offsets, value offsets,
+    data) and properties (map offsets, key offsets, key data, value offsets, value data).
+    Prepared/rollback records are skipped when ``queued_only`` (they have no queue offset).
+    """
+    cdef Py_ssize_t pos = start, size, body_off, body_len, t_off, t_len, p_off, p_len, count = 0
+    cdef Py_ssize_t cap = queue_id.shape[0], q, e, vs, i, born_len, store_len, nkeys = 0, nprops = 0, w0
+    cdef const uint8_t* base = &mem[0]
+    cdef const uint8_t* p
+    cdef const uint8_t* pp
+    cdef int rc
+    cdef int32_t sf, t
+    cdef str stop = "limit"
+    cdef Py_ssize_t bad_size = -1
+    cdef const char* digits = b"0123456789ABCDEF"
+    cdef char hexbuf[56]
+    cdef int64_t ph
+    cdef Buf body = Buf(min(limit - start, max_records * 1200) if limit > start else 4096), body_off_b = Buf(), tags_off = Buf(), tags = Buf(), ids_off = Buf(), ids = Buf()
+    cdef Buf keys_list = Buf(), keys_off = Buf(), keys = Buf(), map_off = Buf(), pk_off = Buf(), pk = Buf(), pv_off = Buf(), pv = Buf()
+    cdef const uint8_t* last_topic = NULL
+    cdef Py_ssize_t last_topic_len = -1
+    cdef int32_t last_tid = -1
+    cdef Py_ssize_t uniq_s, uniq_e, keys_s, keys_e
+    if limit > mem.shape[0]:
+        limit = mem.shape[0]
+    body_off_b.add_i32(0)
+    tags_off.add_i32(0)
+    ids_off.add_i32(0)
+    keys_list.add_i32(0)
+    keys_off.add_i32(0)
+    map_off.add_i32(0)
+    pk_off.add_i32(0)
+    pv_off.add_i32(0)
+    while pos < limit and count < cap and count < max_records:
+        p = base + pos
+        rc = check_record(p, limit - pos, False, None, &size, &body_off, &body_len, &t_off, &t_len, &p_off, &p_len)
+        if rc == 0:
+            stop = "blank"
+            break
+        if rc < 0:
+            stop = "bad"
+            bad_size = size
+            break
+        sf = get32(p + 36)
+        t = sf & TRANSACTION_MASK
+        if queued_only and not (t == 0 or t == TRANSACTION_COMMIT):
+            pos += size
+            continue
+        born_len = 20 if sf & FLAG_BORNHOST_V6 else 8
+        store_len = 20 if sf & FLAG_STOREHOST_V6 else 8
+        queue_id[count] = get32(p + 12)
+        queue_offset[count] = get64(p + 20)
+        ph = get64(p + 28)
+        phy[count] = ph
+        born_ts[count] = get64(p + 40)
+        store_ts[count] = get64(p + 48 + born_len)
+        flag[count] = get32(p + 16)
+        sys_flag[count] = sf
+        reconsume[count] = get32(p + 48 + born_len + 8 + store_len)
+        store_size[count] = <int32_t>size
+        if t_len == last_topic_len and memcmp(p + t_off, last_topic, t_len) == 0:
+            topic_id[count] = last_tid
+        else:
+            last_tid = _intern(PyBytes_FromStringAndSize(<char*>(p + t_off), t_len), topic_ids, topics,
+                               lambda b: b.decode("utf-8", "replace"))
+            topic_id[count] = last_tid
+            last_topic = p + t_off
+            last_topic_len = t_len
+        born_host[count] = _intern(PyBytes_FromStringAndSize(<char*>(p + 48), born_len), host_ids, hosts, host_fn)
+        store_host[count] = _intern(PyBytes_FromStringAndSize(<char*>(p + 48 + born_len + 8), store_len), host_ids, hosts, host_fn)
+        body.add(p + body_off, body_len)
+        body_off_b.add_i32(<int32_t>body.len)
+        # message id: hex of store host | port | phy offset
+        w0 = 0
+        for i in range(store_len):
+            hexbuf[w0] = digits[p[48 + born_len + 8 + i] >> 4]
+            hexbuf[w0 + 1] = digits[p[48 + born_len + 8 + i] & 15]
+            w0 += 2
+        for i in range(8):
+            hexbuf[w0] = digits[((<uint64_t>ph) >> (60 - 8 * i)) & 15]
+            hexbuf[w0 + 1] = digits[((<uint64_t>ph) >> (56 - 8 * i)) & 15]
+            w0 += 2
+        ids.add(hexbuf, w0)
+        ids_off.add_i32(<int32_t>ids.len)
+        # properties: every pair into the map; TAGS and the keys (UNIQ_KEY, then KEYS words) too
+        has_tags[count] = 0
+        q = 0
+        pp = p + p_off
+        uniq_s = -1
+        uniq_e = -1
+        keys_s = -1
+        keys_e = -1
+        while q < p_len:
+            e = q
+            while e < p_len and pp[e] != 1 and pp[e] != 2:
+                e += 1
+            if e >= p_len or pp[e] != 1:
+                while e < p_len and pp[e] != 2:
+                    e += 1
+                q = e + 1
+                continue
+            vs = e + 1
+            while vs < p_len and pp[vs] != 2:
+                vs += 1
+            if e > q and vs > e + 1:
+                pk.add(pp + q, e - q)
+                pk_off.add_i32(<int32_t>pk.len)
+                pv.add(pp + e + 1, vs - e - 1)
+                pv_off.add_i32(<int32_t>pv.len)
+                nprops += 1
+                if e - q == 4 and memcmp(pp + q, b"TAGS", 4) == 0:
+                    tags.add(pp + e + 1, vs - e - 1)
+                    has_tags[count] = 1
+                elif e - q == 4 and memcmp(pp + q, b"KEYS", 4) == 0:
+                    keys_s = e + 1
+                    keys_e = vs
+                elif e - q == 8 and memcmp(pp + q, b"UNIQ_KEY", 8) == 0:
+                    uniq_s = e + 1
+                    uniq_e = vs
+            q = vs + 1
+        tags_off.add_i32(<int32_t>tags.len)
+        map_off.add_i32(<int32_t>nprops)
+        if keys_s >= 0:  # the keys column holds the KEYS words (as the message's user keys)
+            i = keys_s
+            while i < keys_e:
+                while i < keys_e and pp[i] == 32:
+                    i += 1
+                w0 = i
+                while i < keys_e and pp[i] != 32:
+                    i += 1
+                if i > w0:
+                    keys.add(pp + w0, i - w0)
+                    keys_off.add_i32(<int32_t>keys.len)
+                    nkeys += 1
+        keys_list.add_i32(<int32_t>nkeys)
+        count += 1
+        pos += size
+    strings = {
+        "body": (body_off_b.bytes(), body), "tags": (tags_off.bytes(), tags.bytes()),
+        "msg_id": (ids_off.bytes(), ids.bytes()), "keys": (keys_list.bytes(), keys_off.bytes(), keys.bytes()),
+        "properties": (map_off.bytes(), pk_off.bytes(), pk.bytes(), pv_off.bytes(), pv.bytes()),
+        "bad_size": bad_size,
+    }
+    return count, pos, stop, strings

@@ -1,0 +1,150 @@
+"""The msgstore Spark source: both inputs, bounds, data loss, streaming."""
+
+import json
+import os
+import time
+
+import pyarrow as pa
+import pytest
+
+from msgstore.client import Client
+from msgstore.pipeline.schema import ARROW
+from tests.pipeline.conftest import fill
+from tests.support.servers import ServerProcess, wait_until
+
+
+def live(spark, node, **options):
+    r = spark.read.format("msgstore").option("endpoints", node.address)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def offline(spark, path, **options):
+    r = spark.read.format("msgstore").option("path", path)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_both_inputs_give_identical_dataframes(spark, store_node):
+    node, _ = store_node
+    a = live(spark, node, topics="orders,payments", maxMessagesPerPartition="250")
+    b = offline(spark, node.data_dir)
+    assert a.schema == b.schema
+    assert a.rdd.getNumPartitions() >= 1200 // 250  # split by maxMessagesPerPartition
+    assert a.count() == b.count() == 1500
+    order = ["topic", "queue_id", "queue_offset"]
+    assert a.orderBy(order).collect() == b.orderBy(order).collect()  # (EXCEPT cannot compare map columns)
+    row = a.where("queue_offset = 3 and topic = 'orders' and queue_id = 1").collect()[0]
+    assert row.body.startswith(b"body-000013-") and row.keys == ["key-13"] and row.tags == "tag1"
+    assert row.properties == {"n": "13", "TAGS": "tag1", "KEYS": "key-13"}
+    assert row.store_host == node.address and len(row.msg_id) == 32
+
+
+def test_arrow_schema_is_spark_s(spark, store_node):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    node, _ = store_node
+    expected = to_arrow_schema(live(spark, node, topics="orders").schema, timezone="UTC")
+    assert [(f.name, f.type) for f in expected] == [(f.name, f.type) for f in ARROW]
+
+
+def test_offset_bounds(spark, store_node):
+    node, _ = store_node
+    start = json.dumps({"orders": {"0": 10, "1": 290}})
+    end = json.dumps({"orders": {"0": 20}})
+    df = live(spark, node, topics="orders", startingOffsets=start, endingOffsets=end)
+    got = {(r.queue_id, r.queue_offset) for r in df.select("queue_id", "queue_offset").collect()}
+    expected = {(0, o) for o in range(10, 20)} | {(1, o) for o in range(290, 300)} | \
+        {(q, o) for q in (2, 3) for o in range(300)}
+    assert got == expected
+    off = offline(spark, node.data_dir, topics="orders", startingOffsets=start, endingOffsets=end)
+    assert {(r.queue_id, r.queue_offset) for r in off.select("queue_id", "queue_offset").collect()} == expected
+    assert live(spark, node, topics="orders", startingOffsets="latest").count() == 0
+    with pytest.raises(Exception) as e:
+        live(spark, node, topics="orders", startingOffsets="{oops").count()
+    assert "startingOffsets" in str(e.value)
+
+
+def test_timestamp_bounds(spark, store_node):
+    node, client = store_node
+    before = int(time.time() * 1000)
+    time.sleep(0.05)  # store timestamps are milliseconds: make the boundary unambiguous
+    fill(client, "timed", 40, queues=2)
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    fill(client, "timed", 60, queues=2, start=40)
+    for q in client.route("timed").queues:
+        client.pull("timed", q, 0, timeout_ms=2000)
+    assert live(spark, node, topics="timed", startingTimestamp=str(middle)).count() == 60
+    assert live(spark, node, topics="timed", endingTimestamp=str(middle)).count() == 40
+    assert live(spark, node, topics="timed", startingTimestamp=str(before), endingTimestamp=str(middle)).count() == 40
+    assert offline(spark, node.data_dir, topics="timed", startingTimestamp=str(middle)).count() == 60
+
+
+def test_fail_on_data_loss_both_ways(spark, tmp_path):
+    node = ServerProcess(str(tmp_path / "lossy"), name="lossy", settings=["mappedFileSizeCommitLog=8192", "fileReservedTime=1"])
+    node.start()
+    try:
+        client = Client(node.address)
+        fill(client, "lossy", 400, queues=1, chunk=20)  # a batch must fit in one 8 KiB segment
+        q = client.route("lossy").queues[0]
+        client.pull("lossy", q, 399, timeout_ms=2000)
+        seg_dir = os.path.join(node.data_dir, "commitlog")
+        old = time.time() - 7200
+        for name in sorted(os.listdir(seg_dir))[:3]:
+            os.utime(os.path.join(seg_dir, name), (old, old))
+        assert client.admin().manual_delete().deleted_segments == 3
+        lo, hi = client.queue_offsets("lossy")[q]
+        assert lo > 0 and hi == 400
+        from_zero = json.dumps({"lossy": {"0": 0}})
+        with pytest.raises(Exception) as e:
+            live(spark, node, topics="lossy", startingOffsets=from_zero).count()
+        text = str(e.value)
+        assert f"offsets 0..{lo - 1} were deleted" in text and "lossy" in text and "spark-node" not in text
+        df = live(spark, node, topics="lossy", startingOffsets=from_zero, failOnDataLoss="false")
+        assert df.count() == 400 - lo
+    finally:
+        node.kill()
+
+
+def test_streaming_available_now_over_two_batches(spark, store_node, tmp_path):
+    node, client = store_node
+    fill(client, "stream", 200, queues=2)
+    for q in client.route("stream").queues:
+        client.pull("stream", q, 0, timeout_ms=2000)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run() -> None:
+        q = (spark.readStream.format("msgstore").option("endpoints", node.address).option("topics", "stream")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load()
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        return q
+
+    first = run()
+    batches = [p for p in first.recentProgress if p["numInputRows"]]
+    assert [p["numInputRows"] for p in batches] == [100, 100]  # two micro-batches of maxOffsetsPerTrigger
+    assert spark.read.parquet(out).count() == 200
+    fill(client, "stream", 50, queues=2, start=200)
+    for q in client.route("stream").queues:
+        client.pull("stream", q, 124, timeout_ms=2000)
+    run()
+    rows = spark.read.parquet(out)
+    assert rows.count() == 250 and rows.select("topic", "queue_id", "queue_offset").distinct().count() == 250
+
+
+def test_bad_options_are_named(spark, store_node):
+    node, _ = store_node
+    for options, name in (({"topics": ""}, "topics"), ({"topics": "orders", "maxMessagesPerPartition": "0"}, "maxMessagesPerPartition"),
+                          ({"topics": "orders", "failOnDataLoss": "maybe"}, "failOnDataLoss")):
+        with pytest.raises(Exception) as e:
+            live(spark, node, **options).count()
+        assert f"'{name}'" in str(e.value)
+    with pytest.raises(Exception) as e:
+        spark.read.format("msgstore").load().count()
+    assert "endpoints" in str(e.value)
