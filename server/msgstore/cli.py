@@ -336,7 +336,7 @@ def cmd_serve(args) -> int:
         settings=settings, admin_token=_read_token(args.admin_token_file, args.admin_token_env),
         data_token=_read_token(args.token_file, None) if args.token_file else None,
         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca, peers=peers,
-        peers_dns=args.peers_dns, metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        peers_dns=args.peers_dns, peers_file=args.peers_file, metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         metrics_host=args.metrics_host, grace_s=args.grace, lock_wait_s=args.lock_wait)
     try:
         return asyncio.run(serve(options))
@@ -389,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
     s.add_argument("--peers", help="other nodes, comma-separated host:port")
     s.add_argument("--peers-dns", help="host:port of a headless Service listing the nodes")
+    s.add_argument("--peers-file", help="file of host:port lines, re-read when it changes")
     s.add_argument("--metrics-port", type=int, default=10912, help="Prometheus port (-1 = off)")
     s.add_argument("--metrics-host", help="address for the metrics endpoint (default: --host)")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")

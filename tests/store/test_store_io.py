@@ -402,3 +402,17 @@ def test_shutdown_refuses_new_puts(make_store):
     s.shutdown()
     r = s.put_message(_msg())
     assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "shut down" in r.reason
+
+
+def test_consumer_lag_and_messages_held(make_store):
+    s = make_store()
+    for i in range(10):
+        s.put_message(_msg(q=i % 2))
+    s.wait_dispatched()
+    assert s.messages_held() == 10
+    assert s.consumer_lag() == {}
+    s.commit_offset("billing", "T", 0, 3)  # queue 1 never committed: it counts from its start
+    assert s.consumer_lag() == {"billing": 2 + 5}
+    s.commit_offset("billing", "T", 1, 5)
+    s.commit_offset("audit", "T", 0, 5)
+    assert s.consumer_lag() == {"billing": 2, "audit": 5}

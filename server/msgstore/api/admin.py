@@ -50,7 +50,7 @@ class ControlPlane:
                                   bytes_truncated=rec["bytes_truncated"], records_scanned=rec["records_scanned"],
                                   index_files_destroyed=rec["index_files_destroyed"],
                                   index_rebuilt_from=rec["index_rebuilt_from"], commitlog_end=rec["commitlog_end"],
-                                  damage=rec["damage"], error=rec["error"]),
+                                  damage=rec["damage"], error=rec["error"], started_ms=rec["started_ms"]),
             disk_usage=-1 if st["disk_usage"] is None else st["disk_usage"], disk_full=st["disk_full"],
             config_generation=st["config_generation"], config=_strings(self.store.config.to_dict()),
             pending_restart=_strings(st["pending_restart"]), writable=st["writable"], unavailable=st["unavailable"],
@@ -64,6 +64,8 @@ class ControlPlane:
             out.consume_queues = st["consume_queues"]
             out.index_files = st["index_files"]
             out.topics = st["topics"]
+            out.messages_held = st["messages_held"]
+            out.consumer_lag.update(st["consumer_lag"])
         return out
 
     async def GetConfig(self, request, context) -> apb.ConfigResponse:

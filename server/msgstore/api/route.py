@@ -1,4 +1,4 @@
-"""Who the nodes of this store are: a peers list, or the headless Service's DNS name.
+"""Who the nodes of this store are: a peers list, a peers file, or a headless Service's DNS name.
 
 Each node answers for itself; for the others it asks them (``GetRoute(local_only=true)``) with
 a short deadline and a one-second cache, so a dead peer shows up as not ready instead of
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -31,10 +32,13 @@ class PeerDirectory:
     node_name: str
     static_peers: list[str] = field(default_factory=list)
     dns_name: str | None = None  # host:port of a headless Service
+    peers_file: str | None = None  # a file listing host:port lines, re-read when it changes
     channel_factory: object = None  # (address) -> grpc.aio.Channel
     metadata: tuple = ()
 
     def __post_init__(self) -> None:
+        self._file_peers: list[str] = []
+        self._file_mtime = -1.0
         self._resolved: list[str] = []
         self._resolved_at = 0.0
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -42,7 +46,7 @@ class PeerDirectory:
 
     async def addresses(self) -> list[str]:
         """Every node's address, this one included, in a stable order."""
-        out = [self.self_address, *self.static_peers]
+        out = [self.self_address, *self.static_peers, *self._read_file()]
         if self.dns_name:
             now = time.monotonic()
             if now - self._resolved_at > DNS_REFRESH_S:
@@ -53,6 +57,19 @@ class PeerDirectory:
         for a in out:
             seen.setdefault(_normalise(a), None)
         return list(seen)
+
+    def _read_file(self) -> list[str]:
+        if not self.peers_file:
+            return []
+        try:
+            mtime = os.stat(self.peers_file).st_mtime
+            if mtime != self._file_mtime:
+                with open(self.peers_file, encoding="utf-8") as f:
+                    self._file_peers = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
+                self._file_mtime = mtime
+        except OSError:
+            pass  # keep the last list while the file is being replaced
+        return self._file_peers
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)

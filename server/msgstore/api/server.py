@@ -62,6 +62,7 @@ class ServerOptions:
     tls_client_ca: str | None = None
     peers: list[str] = field(default_factory=list)
     peers_dns: str | None = None
+    peers_file: str | None = None
     metrics_port: int | None = DEFAULT_METRICS_PORT
     metrics_host: str | None = None
     grace_s: float = 10.0
@@ -242,7 +243,8 @@ class StoreServer:
         loop = asyncio.get_running_loop()
         self.waiters = ArrivalWaiters(loop)
         metadata = (("authorization", f"Bearer {o.data_token}"),) if o.data_token else ()
-        self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, self._peer_channel, metadata)
+        self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, o.peers_file,
+                                   self._peer_channel, metadata)
         interceptors = [TokenInterceptor(o.admin_token, o.data_token)] if (o.admin_token or o.data_token) else []
         self.server = grpc.aio.server(
             interceptors=interceptors,

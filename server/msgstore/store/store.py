@@ -652,6 +652,24 @@ class MessageStore:
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         return self.offsets.query(group, topic, queue_id)
 
+    def consumer_lag(self) -> dict[str, int]:
+        """Messages not yet consumed per known consumer group, over the topics it consumes
+        (a queue it never committed on counts from the queue's start)."""
+        lag: dict[str, int] = {}
+        for key, qmap in list(self.offsets.table.items()):
+            topic, _, group = key.partition("@")
+            total = 0
+            for qid in self.queues_of(topic):
+                cq = self.consume_queue(topic, qid)
+                if cq is not None:
+                    total += max(0, cq.max_offset - max(qmap.get(qid, cq.min_offset), cq.min_offset))
+            lag[group] = lag.get(group, 0) + total
+        return lag
+
+    def messages_held(self) -> int:
+        """Messages still stored (between every queue's min and max offsets)."""
+        return sum(max(0, cq.max_offset - cq.min_offset) for cq in self.consume_queues())
+
     def retention_guard_offset(self) -> int | None:
         """Lowest phy offset not yet consumed by a guarded group (§12.5), None if unguarded."""
         groups = self.config.guard_groups
@@ -760,6 +778,8 @@ class MessageStore:
                 "index_files": len(self.index.files),
                 "topics": len(self.topics.topics),
                 "checkpoint": self.checkpoint.as_dict(),
+                "messages_held": self.messages_held(),
+                "consumer_lag": self.consumer_lag(),
             })
         return out
 

@@ -11,7 +11,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Recovery(_message.Message):
-    __slots__ = ("mode", "state", "progress", "duration_ms", "bytes_scanned", "bytes_truncated", "records_scanned", "index_files_destroyed", "index_rebuilt_from", "commitlog_end", "damage", "error")
+    __slots__ = ("mode", "state", "progress", "duration_ms", "bytes_scanned", "bytes_truncated", "records_scanned", "index_files_destroyed", "index_rebuilt_from", "commitlog_end", "damage", "error", "started_ms")
     MODE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class Recovery(_message.Message):
     COMMITLOG_END_FIELD_NUMBER: _ClassVar[int]
     DAMAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     mode: str
     state: str
     progress: float
@@ -36,10 +37,11 @@ class Recovery(_message.Message):
     commitlog_end: int
     damage: _containers.RepeatedScalarFieldContainer[str]
     error: str
-    def __init__(self, mode: _Optional[str] = ..., state: _Optional[str] = ..., progress: _Optional[float] = ..., duration_ms: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_truncated: _Optional[int] = ..., records_scanned: _Optional[int] = ..., index_files_destroyed: _Optional[int] = ..., index_rebuilt_from: _Optional[int] = ..., commitlog_end: _Optional[int] = ..., damage: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...
+    started_ms: int
+    def __init__(self, mode: _Optional[str] = ..., state: _Optional[str] = ..., progress: _Optional[float] = ..., duration_ms: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_truncated: _Optional[int] = ..., records_scanned: _Optional[int] = ..., index_files_destroyed: _Optional[int] = ..., index_rebuilt_from: _Optional[int] = ..., commitlog_end: _Optional[int] = ..., damage: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., started_ms: _Optional[int] = ...) -> None: ...
 
 class StoreStatus(_message.Message):
-    __slots__ = ("node", "state", "recovery", "min_phy_offset", "max_phy_offset", "flushed_phy_offset", "disk_usage", "disk_full", "dispatch_behind_bytes", "commitlog_segments", "consume_queues", "index_files", "topics", "config_generation", "config", "pending_restart", "writable", "unavailable", "version", "flush_disk_type")
+    __slots__ = ("node", "state", "recovery", "min_phy_offset", "max_phy_offset", "flushed_phy_offset", "disk_usage", "disk_full", "dispatch_behind_bytes", "commitlog_segments", "consume_queues", "index_files", "topics", "config_generation", "config", "pending_restart", "writable", "unavailable", "version", "flush_disk_type", "messages_held", "consumer_lag")
     class ConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +56,13 @@ class StoreStatus(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ConsumerLagEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NODE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +83,8 @@ class StoreStatus(_message.Message):
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FLUSH_DISK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_HELD_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_LAG_FIELD_NUMBER: _ClassVar[int]
     node: str
     state: str
     recovery: Recovery
@@ -94,7 +105,9 @@ class StoreStatus(_message.Message):
     unavailable: _containers.RepeatedScalarFieldContainer[str]
     version: str
     flush_disk_type: str
-    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., min_phy_offset: _Optional[int] = ..., max_phy_offset: _Optional[int] = ..., flushed_phy_offset: _Optional[int] = ..., disk_usage: _Optional[float] = ..., disk_full: _Optional[bool] = ..., dispatch_behind_bytes: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., topics: _Optional[int] = ..., config_generation: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., pending_restart: _Optional[_Mapping[str, str]] = ..., writable: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., flush_disk_type: _Optional[str] = ...) -> None: ...
+    messages_held: int
+    consumer_lag: _containers.ScalarMap[str, int]
+    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., min_phy_offset: _Optional[int] = ..., max_phy_offset: _Optional[int] = ..., flushed_phy_offset: _Optional[int] = ..., disk_usage: _Optional[float] = ..., disk_full: _Optional[bool] = ..., dispatch_behind_bytes: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., topics: _Optional[int] = ..., config_generation: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., pending_restart: _Optional[_Mapping[str, str]] = ..., writable: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., messages_held: _Optional[int] = ..., consumer_lag: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GetConfigRequest(_message.Message):
     __slots__ = ()
