@@ -1,0 +1,126 @@
+"""The few Kubernetes API calls the operator makes, over the official client's ApiClient.
+
+Every call names its (API group, resource, verb) in :data:`VERBS`, which a test compares with
+the operator's RBAC Role: the Role grants exactly what the code uses. Objects travel as plain
+JSON dicts (no generated models) and patches are JSON merge patches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+# (group, resource, verb) of every call below; "" is the core group
+VERBS: frozenset[tuple[str, str, str]] = frozenset({
+    ("msgstore.io", "messagestores", "get"), ("msgstore.io", "messagestores", "patch"),
+    ("msgstore.io", "messagestores/status", "patch"),
+    ("apps", "statefulsets", "get"), ("apps", "statefulsets", "create"), ("apps", "statefulsets", "patch"),
+    ("", "services", "get"), ("", "services", "create"), ("", "services", "patch"),
+    ("", "configmaps", "get"), ("", "configmaps", "create"), ("", "configmaps", "patch"),
+    ("policy", "poddisruptionbudgets", "get"), ("policy", "poddisruptionbudgets", "create"),
+    ("policy", "poddisruptionbudgets", "patch"),
+    ("", "pods", "list"), ("", "pods", "delete"),
+    ("", "secrets", "get"),
+})
+# what Kopf itself needs for watching, its progress annotations and posting events
+KOPF_VERBS: frozenset[tuple[str, str, str]] = frozenset({
+    ("msgstore.io", "messagestores", "list"), ("msgstore.io", "messagestores", "watch"),
+    ("", "events", "create"),
+})
+
+PLURALS = {"ConfigMap": ("", "v1", "configmaps"), "Service": ("", "v1", "services"),
+           "StatefulSet": ("apps", "v1", "statefulsets"), "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+           "Pod": ("", "v1", "pods"), "Secret": ("", "v1", "secrets"),
+           "MessageStore": ("msgstore.io", "v1alpha1", "messagestores")}
+
+
+class NotFound(Exception):
+    pass
+
+
+def _path(group: str, version: str, plural: str, namespace: str, name: str | None = None, sub: str | None = None) -> str:
+    base = f"/api/{version}" if group == "" else f"/apis/{group}/{version}"
+    path = f"{base}/namespaces/{namespace}/{plural}"
+    if name:
+        path += f"/{name}"
+    if sub:
+        path += f"/{sub}"
+    return path
+
+
+class Kube:
+    """A namespaced JSON client; :func:`connect` builds one for in-cluster or kubeconfig use."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient):
+        self.api = api_client
+
+    def _call(self, verb: str, kind: str, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json", sub: str | None = None) -> dict[str, Any]:
+        group, _, plural = PLURALS[kind]
+        resource = f"{plural}/{sub}" if sub else plural
+        assert (group, resource, verb) in VERBS, f"{verb} {group}/{resource} is not in VERBS (and so not in the Role)"
+        method_, url, headers, body_, post = self.api.param_serialize(
+            method, path, query_params=query or [], body=body,
+            header_params={"Content-Type": content_type, "Accept": "application/json"}, auth_settings=["BearerToken"])
+        resp = self.api.call_api(method_, url, header_params=headers, body=body_, post_params=post, _request_timeout=30)
+        data = resp.read() if hasattr(resp, "read") else resp.data
+        if resp.status == 404:
+            raise NotFound(path)
+        if resp.status >= 400:
+            raise ApiException(status=resp.status, reason=f"{method} {path}: {data[:500]!r}")
+        return json.loads(data) if data else {}
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        g, v, p = PLURALS[kind]
+        return self._call("get", kind, "GET", _path(g, v, p, namespace, name))
+
+    def get_or_none(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(kind, namespace, name)
+        except NotFound:
+            return None
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        g, v, p = PLURALS[obj["kind"]]
+        return self._call("create", obj["kind"], "POST", _path(g, v, p, obj["metadata"]["namespace"]), body=obj)
+
+    def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any], sub: str | None = None) -> dict[str, Any]:
+        g, v, p = PLURALS[kind]
+        return self._call("patch", kind, "PATCH", _path(g, v, p, namespace, name, sub), body=patch,
+                          content_type="application/merge-patch+json", sub=sub)
+
+    def list(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        g, v, p = PLURALS[kind]
+        selector = ",".join(f"{k}={val}" for k, val in sorted(labels.items()))
+        items = self._call("list", kind, "GET", _path(g, v, p, namespace), query=[("labelSelector", selector)]).get("items", [])
+        # filter here too: a selector-ignorant API (an emulator) must not make us act on strangers
+        return [i for i in items if all((i.get("metadata", {}).get("labels") or {}).get(k) == val for k, val in labels.items())]
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        g, v, p = PLURALS[kind]
+        try:
+            self._call("delete", kind, "DELETE", _path(g, v, p, namespace, name))
+        except NotFound:
+            pass
+
+
+def connect(host: str | None = None, token: str | None = None, verify_ssl: bool = True) -> Kube:
+    """In-cluster credentials, else the kubeconfig, else an explicit host (tests)."""
+    if host:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = host
+        cfg.verify_ssl = verify_ssl
+        if token:
+            cfg.api_key = {"authorization": f"Bearer {token}"}
+        return Kube(kubernetes.client.ApiClient(cfg))
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return Kube(kubernetes.client.ApiClient())

@@ -1,0 +1,277 @@
+"""One reconciliation pass: level-based and idempotent, safe to run on every event and timer.
+
+In order: validate the spec; apply the rendered objects (patching only what differs); push hot
+settings to every pod's admin API; run a requested manual delete; take one step of a rolling
+restart; and compute the status (conditions, per-pod figures) and the Events worth posting.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgstore.client import StoreError
+from msgstore.store.config import HOT_KEYS, StoreConfig
+
+from . import decide, render
+from .kube import Kube
+from .pods import PodView, admin_client, admin_of, admin_token, observe
+from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse
+
+log = logging.getLogger(__name__)
+
+# where a live object's fields may be changed (the rest is immutable or owned by the cluster)
+MUTABLE = {
+    "StatefulSet": ("spec.replicas", "spec.template", "spec.updateStrategy", "spec.persistentVolumeClaimRetentionPolicy"),
+    "Service": ("spec.ports", "spec.selector", "spec.publishNotReadyAddresses"),
+    "ConfigMap": ("data",),
+    "PodDisruptionBudget": ("spec.maxUnavailable", "spec.selector"),
+}
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any]
+    annotations: dict[str, str | None] = field(default_factory=dict)  # to set (None = remove)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    waiting: str | None = None  # a reason to come back soon (a roll or scale step in progress)
+    patched: list[str] = field(default_factory=list)  # objects created or changed (idempotency checks)
+
+
+def contains(actual: Any, desired: Any) -> bool:
+    """Whether ``actual`` already holds ``desired`` (extra defaults the cluster added are fine)."""
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(actual, list) and len(actual) == len(desired) and all(contains(a, d) for a, d in zip(actual, desired))
+    return actual == desired or (isinstance(desired, (int, float)) and str(actual) == str(desired))
+
+
+def _at(obj: dict, path: str) -> Any:
+    for part in path.split("."):
+        obj = obj.get(part, {}) if isinstance(obj, dict) else {}
+    return obj
+
+
+def _nest(path: str, value: Any) -> dict:
+    out: dict = {}
+    cur = out
+    parts = path.split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+    return out
+
+
+def _merge(a: dict, b: dict) -> dict:
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(a.get(k), dict):
+            _merge(a[k], v)
+        else:
+            a[k] = v
+    return a
+
+
+class Reconciler:
+    def __init__(self, kube: Kube):
+        self.kube = kube
+
+    # ------------------------------------------------------------------ objects
+
+    def apply(self, obj: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+        """Create the object, or patch the mutable fields that differ; nothing when in sync."""
+        kind, meta = obj["kind"], obj["metadata"]
+        live = self.kube.get_or_none(kind, meta["namespace"], meta["name"])
+        if live is None:
+            outcome.patched.append(f"create {kind}/{meta['name']}")
+            return self.kube.create(obj)
+        patch: dict = {}
+        if not contains(live.get("metadata", {}).get("labels", {}), meta.get("labels", {})):
+            patch["metadata"] = {"labels": meta["labels"]}
+        for path in MUTABLE[kind]:
+            want = _at(obj, path)
+            if want != {} and not contains(_at(live, path), want):
+                _merge(patch, _nest(path, want))
+        if patch:
+            outcome.patched.append(f"patch {kind}/{meta['name']}")
+            return self.kube.patch(kind, meta["namespace"], meta["name"], patch)
+        return live
+
+    # ------------------------------------------------------------------ the pass
+
+    def reconcile(self, body: dict[str, Any]) -> Outcome:
+        meta = body.get("metadata", {})
+        annotations = meta.get("annotations") or {}
+        status = dict(body.get("status") or {})
+        conditions = [dict(c) for c in status.get("conditions", [])]
+        status["conditions"] = conditions
+        out = Outcome(status)
+        if str(annotations.get(PAUSE, "")).lower() == "true":
+            if decide.set_condition(conditions, "ReconciliationPaused", True, "Annotated", f"{PAUSE}=true"):
+                out.events.append(("Normal", "ReconciliationPaused", "reconciliation paused by annotation"))
+            return out
+        decide.set_condition(conditions, "ReconciliationPaused", False, "NotPaused")
+        try:
+            spec = parse(body)
+        except SpecError as e:
+            was = decide.condition(conditions, "ConfigInvalid")
+            if decide.set_condition(conditions, "ConfigInvalid", True, "InvalidSpec", str(e)) or (was and was["message"] != str(e)):
+                out.events.append(("Warning", "ConfigInvalid", str(e)))
+            decide.set_condition(conditions, "Ready", False, "ConfigInvalid", str(e))
+            return out
+        decide.set_condition(conditions, "ConfigInvalid", False, "Valid")
+
+        token = admin_token(self.kube, spec)
+        pods = observe(self.kube, spec, token)
+        nonce = self._restart_nonce(annotations, status, out)
+        replicas = self._replicas(spec, pods, annotations, conditions, out)
+        for obj in render.all_objects(spec, replicas, nonce):
+            self.apply(obj, out)
+        desired_hash = render.restart_hash(spec, nonce)
+
+        self._push_hot_config(spec, pods, token, out)
+        self._manual_delete(spec, pods, token, annotations, status, out)
+        self._roll(spec, pods, desired_hash, replicas, status, out)
+        self._status(spec, pods, desired_hash, replicas, meta, conditions, status, out)
+        return out
+
+    def _restart_nonce(self, annotations: dict, status: dict, out: Outcome) -> str:
+        """A restart request is taken into the status (which the restart hash uses) and the
+        annotation cleared, so the request is neither lost nor repeated."""
+        requested = annotations.get(RESTART)
+        if requested:
+            if requested != status.get("restartNonce"):
+                status["restartNonce"] = requested
+                out.events.append(("Normal", "RestartRequested", f"rolling restart requested ({RESTART}={requested})"))
+            out.annotations[RESTART] = None
+        return status.get("restartNonce", "")
+
+    def _replicas(self, spec: Spec, pods: list[PodView], annotations: dict, conditions: list, out: Outcome) -> int:
+        live = self.kube.get_or_none("StatefulSet", spec.namespace, spec.name)
+        current = int(live["spec"]["replicas"]) if live else spec.replicas
+        if spec.replicas >= current:
+            decide.set_condition(conditions, "ScaleDownBlocked", False, "NotScalingDown")
+            return spec.replicas
+        removed = [p for p in pods if p.ordinal >= spec.replicas]
+        blocker = decide.scale_down_blocker(removed)
+        if blocker and str(annotations.get(FORCE_SCALE_DOWN, "")).lower() != "true":
+            if decide.set_condition(conditions, "ScaleDownBlocked", True, "UnconsumedMessages", blocker):
+                out.events.append(("Warning", "ScaleDownBlocked", blocker))
+            return current
+        decide.set_condition(conditions, "ScaleDownBlocked", False, "Allowed" if not blocker else "Forced", blocker or "")
+        out.events.append(("Normal", "ScaledDown", f"scaling from {current} to {spec.replicas} nodes"
+                           + (f" (forced: {blocker})" if blocker else "")))
+        return spec.replicas
+
+    def _push_hot_config(self, spec: Spec, pods: list[PodView], token: str | None, out: Outcome) -> None:
+        """Hot settings go to every pod's admin API (no restart). Keys removed from the spec go
+        back to their defaults, so a pod's persisted settings never outlive the spec."""
+        desired = StoreConfig(spec.store).to_dict()
+        for p in pods:
+            live = (p.store or {}).get("config")
+            if not live or not p.recovered:
+                continue
+            changes = {k: _text(desired[k]) for k in HOT_KEYS if _text(desired[k]) != live.get(k)}
+            if not changes:
+                continue
+            try:
+                with admin_client(spec, p, token) as c:
+                    res = admin_of(c, spec, p).update_config(changes)
+                p.store["config_generation"] = res.generation
+                p.store["config"].update(changes)
+                log.info("pushed %s to %s (generation %d)", sorted(changes), p.name, res.generation)
+            except StoreError as e:
+                out.events.append(("Warning", "ConfigPushFailed", f"{p.name}: {e}"))
+                out.waiting = out.waiting or f"config not yet pushed to {p.name}"
+
+    def _manual_delete(self, spec: Spec, pods: list[PodView], token: str | None, annotations: dict, status: dict,
+                       out: Outcome) -> None:
+        nonce = annotations.get(MANUAL_DELETE)
+        if not nonce:
+            return
+        results = []
+        for p in sorted(pods, key=lambda p: p.ordinal):
+            if p.ordinal >= spec.replicas:
+                continue
+            entry: dict[str, Any] = {"pod": p.name}
+            if p.store is None:
+                entry["error"] = p.error or "not reachable"
+            else:
+                try:
+                    with admin_client(spec, p, token) as c:
+                        res = admin_of(c, spec, p).manual_delete()
+                    entry.update(deletedSegments=res.deleted_segments, minPhyOffset=res.min_phy_offset)
+                except StoreError as e:
+                    entry["error"] = str(e)
+            results.append(entry)
+        status["lastManualDelete"] = {"nonce": nonce, "time": decide.now(), "results": results}
+        out.annotations[MANUAL_DELETE] = None
+        deleted = sum(r.get("deletedSegments", 0) for r in results)
+        failed = [r["pod"] for r in results if "error" in r]
+        out.events.append(("Warning" if failed else "Normal", "ManualDelete",
+                           f"manual delete {nonce}: {deleted} segments deleted on {len(results) - len(failed)} pods"
+                           + (f"; failed on {', '.join(failed)}" if failed else "")))
+
+    def _roll(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, status: dict, out: Outcome) -> None:
+        step = decide.roll_step(pods, desired_hash, replicas)
+        roll = dict(status.get("lastRoll") or {})
+        if step.action == "done":
+            if roll.get("state") == "running":
+                roll.update(state="done", finished=decide.now(), message="every pod is up to date")
+                out.events.append(("Normal", "RollFinished", f"rolling restart done: {', '.join(roll.get('restarted', []))}"))
+                status["lastRoll"] = roll
+            return
+        if roll.get("state") != "running":
+            roll = {"state": "running", "started": decide.now(), "restarted": [], "targetHash": desired_hash}
+            out.events.append(("Normal", "RollStarted", "rolling restart started: pods are restarted highest ordinal first"))
+        roll["message"] = step.reason
+        if step.action == "delete":
+            self.kube.delete("Pod", spec.namespace, step.pod)
+            roll["restarted"] = [*roll.get("restarted", []), step.pod]
+            out.events.append(("Normal", "PodRestarted", step.reason))
+        status["lastRoll"] = roll
+        out.waiting = step.reason
+
+    def _status(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, meta: dict, conditions: list,
+                status: dict, out: Outcome) -> None:
+        status["observedGeneration"] = meta.get("generation")
+        status["replicas"] = replicas
+        status["pods"] = [decide.pod_figures(p, desired_hash) for p in sorted(pods, key=lambda p: p.ordinal)]
+        mine = [p for p in pods if p.ordinal < replicas]
+        status["readyReplicas"] = sum(1 for p in mine if p.ready and p.recovered)
+        usages = [f["diskUsagePercent"] for f in status["pods"] if f.get("diskUsagePercent", -1) >= 0]
+        status["diskUsagePercent"] = max(usages) if usages else 0
+        # abnormal recoveries: a Warning once per recovery, the condition while one runs
+        reported = dict(status.get("reportedRecoveries") or {})
+        recovering = []
+        for p in pods:
+            rec = p.recovery
+            if rec.get("mode") == "abnormal" and str(rec.get("started_ms")) != str(reported.get(p.name)):
+                reported[p.name] = str(rec.get("started_ms"))
+                out.events.append(("Warning", "AbnormalRecovery",
+                                   f"{p.name} recovered from a crash: {rec.get('state')} in {rec.get('duration_ms')} ms, "
+                                   f"{rec.get('bytes_truncated')} bytes truncated"))
+            if p.store is not None and rec.get("state") != "done":
+                recovering.append(f"{p.name} ({rec.get('mode')}, {float(rec.get('progress', 0)):.0%})")
+        status["reportedRecoveries"] = reported
+        decide.set_condition(conditions, "Recovering", bool(recovering), "Recovering" if recovering else "Recovered",
+                             ", ".join(recovering))
+        pressure = decide.disk_pressure(pods, int(StoreConfig(spec.store).diskMaxUsedSpaceRatio))
+        if decide.set_condition(conditions, "DiskPressure", bool(pressure), "HighDiskUsage" if pressure else "DiskOK",
+                                ", ".join(pressure)) and pressure:
+            out.events.append(("Warning", "DiskPressure", ", ".join(pressure)))
+        busy = out.waiting
+        decide.set_condition(conditions, "Reconciling", bool(busy), "InProgress" if busy else "Reconciled", busy or "")
+        missing = [spec.pod_name(i) for i in range(replicas) if i not in {p.ordinal for p in mine}]
+        not_ready = [p.name for p in mine if not (p.ready and p.recovered)]
+        ready = not (missing or not_ready or busy)
+        why = busy or (f"missing {', '.join(missing)}" if missing else f"not ready: {', '.join(not_ready)}" if not_ready else "")
+        decide.set_condition(conditions, "Ready", ready, "AllPodsReady" if ready else "NotReady", why)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+

@@ -1,0 +1,149 @@
+"""A MessageStore's spec, read into plain values with defaults and validated.
+
+The CRD's OpenAPI schema rejects most bad values before they reach us; the checks that need
+the whole configuration (ratio ordering, unknown keys in ``store.extra``) happen here, through
+the store's own configuration validation, so the operator and the pods agree on what is valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from msgstore.store.config import HOT_KEYS, ConfigError, StoreConfig
+
+GROUP = "msgstore.io"
+VERSION = "v1alpha1"
+PLURAL = "messagestores"
+KIND = "MessageStore"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+DEFAULT_IMAGE = os.environ.get("MSGSTORE_IMAGE", "ghcr.io/msgstore/msgstore:0.1.0")
+DATA_DIR = "/var/lib/msgstore"
+CONFIG_DIR = "/etc/msgstore/config"
+ADMIN_DIR = "/etc/msgstore/admin"
+METRICS_PORT_OFFSET = 1
+
+# annotations (actions the user sets, bookkeeping we set)
+MANUAL_DELETE = "msgstore.io/manual-delete"
+RESTART = "msgstore.io/restart"
+PAUSE = "msgstore.io/pause-reconciliation"
+FORCE_SCALE_DOWN = "msgstore.io/force-scale-down"
+CONFIG_CHECKSUM = "msgstore.io/config-checksum"
+RESTART_HASH = "msgstore.io/restart-hash"
+
+TYPED_STORE_KEYS = (
+    "flushDiskType", "fileReservedTime", "deleteWhen", "diskMaxUsedSpaceRatio", "diskSpaceCleanForciblyRatio",
+    "diskSpaceWarningLevelRatio", "cleanFileForciblyEnable", "deleteFileBatchMax", "mappedFileSizeCommitLog",
+    "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "maxMessageSize", "messageIndexEnable",
+    "syncFlushTimeout", "flushIntervalCommitLog", "retentionGuardGroups",
+)
+
+
+class SpecError(ValueError):
+    """The spec cannot be reconciled; ``field`` is the path of the offending field."""
+
+    def __init__(self, field_: str, reason: str):
+        super().__init__(f"{field_}: {reason}")
+        self.field = field_
+        self.reason = reason
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    namespace: str
+    uid: str
+    replicas: int
+    image: str
+    image_pull_policy: str | None
+    port: int
+    resources: dict
+    storage_size: str
+    storage_class: str | None
+    retention: dict
+    placement: dict
+    store: dict[str, str]  # every configured store key, as strings (what the ConfigMap holds)
+    admin_secret: dict | None
+    max_unavailable: int
+    annotations: dict = field(default_factory=dict)
+
+    @property
+    def hot(self) -> dict[str, str]:
+        return {k: v for k, v in self.store.items() if k in HOT_KEYS}
+
+    @property
+    def restart_only(self) -> dict[str, str]:
+        return {k: v for k, v in self.store.items() if k not in HOT_KEYS}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"app.kubernetes.io/name": "msgstore", "app.kubernetes.io/instance": self.name,
+                "app.kubernetes.io/managed-by": "msgstore-operator"}
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {"app.kubernetes.io/name": "msgstore", "app.kubernetes.io/instance": self.name}
+
+    @property
+    def headless(self) -> str:
+        return f"{self.name}-headless"
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.name}-config"
+
+    def store_conf(self) -> str:
+        """The ConfigMap's store.conf: ``key=value`` lines, as RocketMQ's broker.conf."""
+        return "".join(f"{k}={v}\n" for k, v in sorted(self.store.items()))
+
+    def config_checksum(self) -> str:
+        return hashlib.sha256(self.store_conf().encode()).hexdigest()[:16]
+
+    def pod_name(self, ordinal: int) -> str:
+        return f"{self.name}-{ordinal}"
+
+
+def parse(body: Mapping[str, Any]) -> Spec:
+    meta = body.get("metadata", {})
+    spec = body.get("spec") or {}
+    store_spec = spec.get("store") or {}
+    store: dict[str, str] = {}
+    for key in TYPED_STORE_KEYS:
+        if key in store_spec and store_spec[key] is not None:
+            store[key] = _text(store_spec[key])
+    for key, value in (store_spec.get("extra") or {}).items():
+        if key in store:
+            raise SpecError(f"spec.store.extra.{key}", f"set it as spec.store.{key} instead")
+        store[key] = _text(value)
+    try:
+        StoreConfig(store)  # the whole configuration, exactly as the pods will validate it
+    except ConfigError as e:
+        where = f"spec.store.{e.key}" if e.key in TYPED_STORE_KEYS else f"spec.store.extra.{e.key}"
+        raise SpecError(where, e.reason) from None
+    storage = spec.get("storage") or {}
+    replicas = int(spec.get("replicas", 1))
+    if replicas < 1:
+        raise SpecError("spec.replicas", "must be at least 1")
+    pdb = spec.get("podDisruptionBudget") or {}
+    return Spec(
+        name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""),
+        replicas=replicas, image=spec.get("image") or DEFAULT_IMAGE, image_pull_policy=spec.get("imagePullPolicy"),
+        port=int(spec.get("port", 10911)), resources=dict(spec.get("resources") or {}),
+        storage_size=str(storage.get("size", "10Gi")), storage_class=storage.get("storageClassName"),
+        retention=dict(storage.get("retentionPolicy") or {}), placement=dict(spec.get("placement") or {}),
+        store=store, admin_secret=spec.get("adminTokenSecret"), max_unavailable=int(pdb.get("maxUnavailable", 1)),
+        annotations=dict(meta.get("annotations") or {}))
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,162 @@
+"""Kopf running the real handlers against kmock's KubernetesEmulator, with a harness cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+os.environ.setdefault("MSGSTORE_OPERATOR_INTERVAL", "1")  # before the handlers are imported
+
+import kmock  # noqa: E402
+import kopf  # noqa: E402
+
+from msgstore_operator import handlers  # noqa: E402,F401  (registers the handlers)
+from msgstore_operator import kube as kubemod  # noqa: E402
+from tests.operator.harness import Cluster  # noqa: E402
+from tests.support.servers import free_port  # noqa: E402
+
+NS = "stores"
+CR = "msgstore.io/v1alpha1/messagestores"
+RESOURCES = {
+    CR: dict(kind="MessageStore", namespaced=True, subresources=["status"]),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": dict(kind="CustomResourceDefinition", namespaced=False),
+    "v1/namespaces": dict(kind="Namespace", namespaced=False),
+    "v1/events": dict(kind="Event", namespaced=True),
+    "v1/pods": dict(kind="Pod", namespaced=True, subresources=["status"]),
+    "v1/services": dict(kind="Service", namespaced=True),
+    "v1/configmaps": dict(kind="ConfigMap", namespaced=True),
+    "v1/secrets": dict(kind="Secret", namespaced=True),
+    "apps/v1/statefulsets": dict(kind="StatefulSet", namespaced=True, subresources=["status"]),
+    "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
+}
+
+_login: dict[str, str] = {}
+
+
+class ApiServer(kmock.KubernetesEmulator):
+    """kmock's emulator plus what the API server does on create that the operator relies on:
+    a name from ``generateName`` (Kopf posts Events that way), a uid, a resourceVersion (Kopf
+    guards its patches with it) and a creation time."""
+
+    _serial = itertools.count(1)
+
+    async def _handle(self, request):
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            n = next(self._serial)
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = f"{meta['generateName']}{n:05d}"
+            meta.setdefault("uid", f"uid-{n}")
+            meta.setdefault("resourceVersion", "1")
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return await super()._handle(request)
+
+
+@kopf.on.login(registry=kopf.get_default_registry())
+def login(**_) -> kopf.ConnectionInfo:
+    return kopf.ConnectionInfo(server=_login["url"], insecure=True)
+
+
+class Env:
+    """What a test drives: the API (as kubectl would), the cluster, the operator's objects."""
+
+    def __init__(self, api: kmock.KubernetesEmulator, cluster: Cluster, http: aiohttp.ClientSession, port: int):
+        self.api = api
+        self.cluster = cluster
+        self.http = http
+        self.port = port
+        self.url = str(api.url).rstrip("/")
+        self.generation = 0
+
+    def objects(self, resource: str) -> dict[str, dict[str, Any]]:
+        """Live objects of a resource ('group/version/plural' or 'version/plural') in the namespace."""
+        parts = resource.split("/")
+        group, version, plural = (["", *parts] if len(parts) == 2 else parts)
+        out = {}
+        for (res, ns, name), obj in list(self.api.objects.items()):
+            if (res.group, res.version, res.plural) == (group, version, plural) and ns == NS and not obj.deleted:
+                out[name] = dict(obj.raw)
+        return out
+
+    def obj(self, resource: str, name: str) -> dict[str, Any] | None:
+        return self.objects(resource).get(name)
+
+    def store(self, name: str = "orders") -> dict[str, Any]:
+        return self.obj(CR, name) or {}
+
+    async def create(self, name: str = "orders", **spec: Any) -> None:
+        self.generation = 1
+        body = {"apiVersion": "msgstore.io/v1alpha1", "kind": "MessageStore",
+                "metadata": {"name": name, "namespace": NS, "generation": 1},
+                "spec": {"port": self.port, **spec}}
+        async with self.http.post(f"{self.url}/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestores", json=body) as r:
+            r.raise_for_status()
+
+    async def patch(self, name: str = "orders", spec: dict | None = None, annotations: dict | None = None) -> None:
+        """As ``kubectl apply``/``annotate``: the generation moves on spec changes (as the API server does)."""
+        body: dict[str, Any] = {"metadata": {}}
+        if spec is not None:
+            self.generation += 1
+            body["spec"] = spec
+            body["metadata"]["generation"] = self.generation
+        if annotations is not None:
+            body["metadata"]["annotations"] = annotations
+        async with self.http.patch(f"{self.url}/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestores/{name}", json=body,
+                                   headers={"Content-Type": "application/merge-patch+json"}) as r:
+            r.raise_for_status()
+
+    async def put_secret(self, name: str, data: dict[str, str]) -> None:
+        import base64
+
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+        async with self.http.post(f"{self.url}/api/v1/namespaces/{NS}/secrets", json=body) as r:
+            r.raise_for_status()
+
+    def condition(self, ctype: str, name: str = "orders") -> dict[str, Any]:
+        for c in (self.store(name).get("status") or {}).get("conditions", []):
+            if c["type"] == ctype:
+                return c
+        return {}
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.objects("v1/events").values() if reason is None or e.get("reason") == reason]
+
+    async def until(self, predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}; cluster errors: {self.cluster.errors[-3:]}")
+            await asyncio.sleep(0.05)
+
+
+@pytest_asyncio.fixture
+async def env(kmock, tmp_path):
+    verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    for key, info in RESOURCES.items():
+        kmock.resources[key] = kmock.ResourceInfo(verbs=verbs, **info)
+    kmock.objects["v1/namespaces", None, NS] = {"metadata": {"name": NS}}
+    _login["url"] = str(kmock.url).rstrip("/")
+    memo = kopf.Memo(kube=kubemod.connect(host=_login["url"], verify_ssl=False))
+    stop = threading.Event()
+    # Kopf cancels every task created after it started when it stops (pytest-asyncio's own
+    # finalizer included), so it gets its own thread and event loop, as in kopf.testing.
+    thread = threading.Thread(name="kopf", daemon=True, target=lambda: asyncio.run(kopf.operator(
+        registry=kopf.get_default_registry(), memo=memo, standalone=True, namespaces=[NS], stop_flag=stop)))
+    thread.start()
+    async with aiohttp.ClientSession() as http, Cluster(_login["url"], str(tmp_path), NS) as cluster:
+        yield Env(kmock, cluster, http, free_port())
+        stop.set()
+        await asyncio.to_thread(thread.join, 60)
+        assert not thread.is_alive(), "the operator did not stop within 60 s"
