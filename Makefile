@@ -8,7 +8,7 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 
-.PHONY: run test bench soak install proto chart clean
+.PHONY: run test bench soak install proto deploy clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) -m msgstore.api.protogen
+
+# plain manifests in deploy/ rendered from charts/msgstore
+deploy: $(STAMP)
+	$(PY) scripts/render_deploy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info server/msgstore/store/_native.c server/msgstore/store/*.so

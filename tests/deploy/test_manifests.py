@@ -1,0 +1,222 @@
+"""The chart, deploy/ and the operator's output against Kubernetes' own schemas and a real helm.
+
+Built-in kinds validate with ``kubernetes-validate --strict`` for the oldest (1.30) and newest
+supported Kubernetes; MessageStore objects validate against our CRD's OpenAPI schema and are
+then parsed by the operator, which enforces what the schema cannot (ratio ordering)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from msgstore_operator import kube, render, spec as specmod
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHART = os.path.join(ROOT, "charts", "msgstore")
+CRD_FILE = os.path.join(CHART, "crds", "messagestores.msgstore.io.yaml")
+HELM = os.path.join(os.path.dirname(sys.executable), "helm")
+K8S_VERSIONS = ("1.30.0", "1.37.0")
+SAMPLE_VALUES = ["--set", "store.enabled=true", "--set", "store.replicas=3", "--set", "store.adminTokenSecret.name=orders-admin",
+                 "--set", "store.persistence.storageClass=fast", "--set", "store.extraConfig.defaultTopicQueueNums=16"]
+VARIANTS = {"default": [], "sample-store": SAMPLE_VALUES, "cluster-scope": ["--set", "operator.scope=cluster"]}
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    assert os.path.exists(HELM), "helm is installed into the virtualenv by `make install`"
+    return subprocess.run([HELM, *args], capture_output=True, text=True, check=check)
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def crd_schema() -> dict[str, Any]:
+    """The CRD's structural schema as plain JSON Schema (x-kubernetes-* extensions dropped)."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    with open(CRD_FILE) as f:
+        crd = yaml.safe_load(f)
+    (version,) = crd["spec"]["versions"]
+    return strip(version["schema"]["openAPIV3Schema"])
+
+
+def validate(doc: dict[str, Any]) -> None:
+    if doc["kind"] == "MessageStore":
+        jsonschema.validate(doc, crd_schema())
+        specmod.parse(doc)
+        return
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_helm_lint_passes(variant):
+    out = helm("lint", "--strict", CHART, *VARIANTS[variant], check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 chart(s) failed" in out.stdout
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_helm_template_validates_against_kubernetes_schemas(variant):
+    rendered = docs(helm("template", "r1", CHART, "--namespace", "team-a", "--include-crds", *VARIANTS[variant]).stdout)
+    kinds = sorted(d["kind"] for d in rendered)
+    for doc in rendered:
+        validate(doc)
+    expected = {"CustomResourceDefinition", "ServiceAccount", "Deployment"}
+    expected |= {"ClusterRole", "ClusterRoleBinding"} if variant == "cluster-scope" else {"Role", "RoleBinding"}
+    if variant == "sample-store":
+        expected |= {"MessageStore", "Pod"}
+    assert set(kinds) == expected, kinds
+
+
+def test_operator_deployment_runs_one_non_root_replica_with_liveness():
+    (dep,) = [d for d in docs(helm("template", "r1", CHART).stdout) if d["kind"] == "Deployment"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == render.UID
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["WATCH_NAMESPACE"] == "default" and env["MSGSTORE_IMAGE"] == c["image"] == "ghcr.io/msgstore/msgstore:0.1.0"
+
+
+def test_helm_test_hook_sends_and_reads_a_message_from_the_sample_store():
+    rendered = docs(helm("template", "r1", CHART, *SAMPLE_VALUES).stdout)
+    (store,) = [d for d in rendered if d["kind"] == "MessageStore"]
+    (pod,) = [d for d in rendered if d["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["MSGSTORE_SERVER"] == f"{store['metadata']['name']}.default.svc:{store['spec']['port']}"
+    script = c["args"][0]
+    assert "msgstore send helm-test" in script and "msgstore query helm-test --key" in script
+    # the address the test dials is the store's client Service the operator renders
+    assert render.client_service(specmod.parse(store))["metadata"]["name"] == store["metadata"]["name"]
+    assert specmod.parse(store).admin_secret == {"name": "orders-admin"}
+
+
+@pytest.mark.parametrize("values, field", [
+    (["--set", "store.config.diskMaxUsedSpaceRatio=99"], "diskMaxUsedSpaceRatio"),
+    (["--set", "store.config.flushDiskType=SOMETIMES"], "flushDiskType"),
+    (["--set", "store.config.deleteWhen=25"], "deleteWhen"),
+    (["--set", "operator.scope=everywhere"], "scope"),
+    (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+    (["--set", "store.persistence.size=lots"], "size"),
+    (["--set", "store.replicaz=3"], "replicaz"),
+])
+def test_values_schema_rejects_bad_values_naming_the_field(values, field):
+    out = helm("template", "r1", CHART, *values, check=False)
+    assert out.returncode != 0
+    assert field in out.stderr, out.stderr
+
+
+def test_rbac_grants_exactly_what_the_operator_calls():
+    for variant, kind in (("default", "Role"), ("cluster-scope", "ClusterRole")):
+        (role,) = [d for d in docs(helm("template", "r1", CHART, *VARIANTS[variant]).stdout) if d["kind"] == kind]
+        granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        assert granted == set(kube.VERBS | kube.KOPF_VERBS), (granted ^ set(kube.VERBS | kube.KOPF_VERBS))
+        assert all("*" not in v for _, _, v in granted)
+
+
+def test_deploy_directory_is_rendered_from_the_chart():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render_deploy.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    with open(os.path.join(ROOT, "deploy", "operator.yaml")) as f:
+        for doc in docs(f.read()):
+            validate(doc)
+    with open(os.path.join(ROOT, "deploy", "crds", "messagestores.msgstore.io.yaml")) as f:
+        validate(yaml.safe_load(f))
+
+
+SAMPLES = sorted(os.listdir(os.path.join(ROOT, "deploy", "samples")))
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_samples_validate_and_the_operator_output_for_them_validates(sample):
+    with open(os.path.join(ROOT, "deploy", "samples", sample)) as f:
+        body = yaml.safe_load(f)
+    body["metadata"].update(namespace="team-a", uid="0b7a3f5e-1111-2222-3333-444455556666")
+    validate(body)
+    spec = specmod.parse(body)
+    for obj in render.all_objects(spec):
+        validate(obj)
+    # and a rolling step / scale-down step renders valid objects too
+    validate(render.stateful_set(spec, replicas=max(1, spec.replicas - 1), nonce="r-1"))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"replicas": 0}, "replicas"),
+    ({"store": {"diskMaxUsedSpaceRatio": 96}}, "diskMaxUsedSpaceRatio"),
+    ({"store": {"flushDiskType": "LATER"}}, "flushDiskType"),
+    ({"store": {"deleteWhen": "4;24"}}, "deleteWhen"),
+    ({"storage": {"size": "ten"}}, "size"),
+    ({"imagePullPolicy": "Sometimes"}, "imagePullPolicy"),
+])
+def test_crd_schema_rejects_bad_values(change, message):
+    with open(os.path.join(ROOT, "deploy", "samples", "production.yaml")) as f:
+        body = yaml.safe_load(f)
+    for key, value in change.items():
+        body["spec"][key] = {**body["spec"][key], **value} if isinstance(value, dict) else value
+    with pytest.raises(jsonschema.ValidationError) as e:
+        jsonschema.validate(body, crd_schema())
+    assert message in e.value.json_path or message in e.value.message
+
+
+def test_ratio_order_is_enforced_by_the_crd_rules_and_the_operator():
+    with open(CRD_FILE) as f:
+        rules = yaml.safe_load(f)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["store"]["x-kubernetes-validations"]
+    assert {r["message"] for r in rules} == {"diskSpaceWarningLevelRatio must be >= diskSpaceCleanForciblyRatio",
+                                             "diskSpaceCleanForciblyRatio must be >= diskMaxUsedSpaceRatio"}
+    with open(os.path.join(ROOT, "deploy", "samples", "production.yaml")) as f:
+        body = yaml.safe_load(f)
+    bad = copy.deepcopy(body)
+    bad["spec"]["store"].update(diskMaxUsedSpaceRatio=88, diskSpaceCleanForciblyRatio=85)
+    jsonschema.validate(bad, crd_schema())  # the part of the schema jsonschema can see passes ...
+    with pytest.raises(specmod.SpecError) as e:  # ... and the operator refuses it, naming the field
+        specmod.parse(bad)
+    assert "spec.store.disk" in e.value.field
+
+
+def test_crd_has_status_subresource_short_name_and_printer_columns():
+    with open(CRD_FILE) as f:
+        crd = yaml.safe_load(f)
+    (v,) = crd["spec"]["versions"]
+    assert crd["spec"]["scope"] == "Namespaced" and "mstore" in crd["spec"]["names"]["shortNames"]
+    assert v["subresources"] == {"status": {}}
+    assert [c["name"] for c in v["additionalPrinterColumns"]] == ["Ready", "Replicas", "Disk%", "Age"]
+    # the Disk% column reads a field the operator writes
+    assert v["additionalPrinterColumns"][2]["jsonPath"] == ".status.diskUsagePercent"
+
+
+def test_one_image_runs_server_and_operator_as_the_non_root_user_the_manifests_expect():
+    with open(os.path.join(ROOT, "deploy", "Dockerfile")) as f:
+        dockerfile = f.read()
+    for src in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M):
+        for path in src.split():
+            assert os.path.exists(os.path.join(ROOT, path)), path
+    assert re.search(rf"^USER {render.UID}:{render.UID}$", dockerfile, re.M)
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        scripts = f.read()
+    for command in ("msgstore", "msgstore-operator"):
+        assert re.search(rf'^{command} = "', scripts, re.M)
+    assert "'.[operator]'" in dockerfile
+    with open(os.path.join(ROOT, "deploy", "kind", "up.sh")) as f:
+        up = f.read()
+    assert "deploy/Dockerfile" in up and "kind load docker-image" in up and "helm test" in up
