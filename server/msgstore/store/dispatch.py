@@ -57,6 +57,18 @@ class Hint:
 ArrivalListener = Callable[[str, int, int], None]
 
 
+class IndexFileError(OSError):
+    """Writing (or creating) an index file failed; the store reports INDEX_FILE_ERROR rather
+    than a consume-queue error, so an operator looks at the right files."""
+
+
+def _index_add(store: "MessageStore", *columns) -> None:
+    try:
+        store.index.add(*columns)
+    except OSError as e:
+        raise IndexFileError(e.errno, f"index: {e.strerror or e}") from e
+
+
 class Dispatcher(ServiceThread):
     name = "dispatch"
 
@@ -120,7 +132,8 @@ class Dispatcher(ServiceThread):
             # the same offset (dispatch is idempotent).
             self.failures += 1
             log.error("dispatch failed at %d: %s", self.reput_from, e)
-            self.store.mark_unavailable(Unavailable.LOGICS_QUEUE_ERROR)
+            self.store.mark_unavailable(Unavailable.INDEX_FILE_ERROR if isinstance(e, IndexFileError)
+                                        else Unavailable.LOGICS_QUEUE_ERROR)
             self._stopped.wait(min(1.0, 0.05 * self.failures))
         with self._idle:
             self._idle.notify_all()
@@ -193,8 +206,8 @@ class Dispatcher(ServiceThread):
         if h.key_hashes and store.config.messageIndexEnable:
             owner = np.asarray(h.key_owner, dtype=np.int64)
             flags = np.asarray(h.sys_flags, dtype=np.int64)[owner]
-            store.index.add(np.asarray(h.key_hashes, dtype=np.int64), phys[owner],
-                            np.full(len(owner), h.store_timestamp, dtype=np.int64), flags)
+            _index_add(store, np.asarray(h.key_hashes, dtype=np.int64), phys[owner],
+                       np.full(len(owner), h.store_timestamp, dtype=np.int64), flags)
         self.logics_timestamp = h.store_timestamp
         self._notify(h.topic, h.queue_id, cq.max_offset)
 
@@ -227,7 +240,7 @@ class Dispatcher(ServiceThread):
                 touched.append((topic, qid, cq))
         if index and len(cols.key_hashes) and store.config.messageIndexEnable:
             owner = cols.key_owner
-            store.index.add(cols.key_hashes, cols.phys[owner], cols.store_timestamps[owner], cols.sys_flags[owner].astype(np.int64))
+            _index_add(store, cols.key_hashes, cols.phys[owner], cols.store_timestamps[owner], cols.sys_flags[owner].astype(np.int64))
         self.logics_timestamp = int(cols.store_timestamps[-1])
         for topic, qid, cq in touched:
             self._notify(topic, qid, cq.max_offset)
