@@ -28,6 +28,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m tests.bench.run
 
+# the reliability campaigns at full size (200 kills, 60 power-loss copies, 400 fuzz cases each)
+soak: $(STAMP)
+	MSGSTORE_SOAK=1 $(PY) -m pytest -q tests/reliability --timeout 7200
+
 proto: $(STAMP)
 	$(PY) -m msgstore.api.protogen
 

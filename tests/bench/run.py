@@ -1,6 +1,7 @@
 """``make bench``: every benchmark, printed and saved under tests/bench/results/.
 
-BENCH_ONLY=store,grpc picks suites; BENCH_DIR chooses where data goes (default: a temporary
+BENCH_ONLY=store,grpc,pipeline,peers picks suites (peers: the comparison with NATS JetStream and
+Redis, written as results/peers.md and peers.png; BENCH_SCALE=0.1 for a quick look); BENCH_DIR chooses where data goes (default: a temporary
 directory on the same disk as the repository).
 """
 
@@ -11,10 +12,10 @@ import sys
 import tempfile
 import time
 
-from . import bench_grpc, bench_pipeline, bench_store
+from . import bench_grpc, bench_peers, bench_pipeline, bench_store, report
 from .common import machine, save
 
-SUITES = {"store": bench_store.run, "grpc": bench_grpc.run, "pipeline": bench_pipeline.run}
+SUITES = {"store": bench_store.run, "grpc": bench_grpc.run, "pipeline": bench_pipeline.run, "peers": bench_peers.run}
 
 
 def main() -> int:
@@ -30,6 +31,8 @@ def main() -> int:
             for m in measures:
                 print(m.line())
             print(f"saved {save(name, measures)}")
+            if name == "peers":
+                print("report:", ", ".join(report.write(measures)))
     return 0
 
 

@@ -21,7 +21,7 @@ from .config import StoreConfig
 from .consume_queue import FILLER_SIZE, UNIT, UNIT_DTYPE
 from .index import ENTRY_SIZE, HEADER_SIZE, IndexFile
 from .metadata import read_json
-from .segment_queue import SegmentQueue
+from .segment_queue import SegmentQueue, SegmentSizeError
 
 Progress = Callable[[str, int, int], None]
 
@@ -197,7 +197,11 @@ def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress |
     cl_dir = os.path.join(root, "commitlog")
     seg_size = _file_size(cl_dir) or cfg.mappedFileSizeCommitLog
     cl = SegmentQueue(cl_dir, seg_size, clock=Clock())
-    cl.load(readonly=True)
+    try:
+        cl.load(readonly=True)
+    except SegmentSizeError as e:  # a truncated or foreign file: nothing after it can be trusted
+        rep.add(f"commit log: {e}")
+        return rep
     for d in cl.damage:
         rep.add(d)
     segs = cl.segments

@@ -203,7 +203,14 @@ class Segment:
         try:
             target = self.read_position
             begin = (self.flushed // PAGE) * PAGE
-            self._syncer(self.mm, begin, target - begin)
+            fd = self._fd
+            if self._syncer is msync and fd is not None and self._buffer is None:
+                # fdatasync releases the GIL; mmap.flush (msync) holds it for the whole disk
+                # wait, which stalled every put thread and left group commit with one request
+                # per flush. Writes go through this descriptor, so it covers them all.
+                os.fdatasync(fd)
+            else:
+                self._syncer(self.mm, begin, target - begin)
             self.flushed = target
         finally:
             self.release()

@@ -72,20 +72,25 @@ class SegmentQueue:
         names = sorted(n for n in os.listdir(self.directory) if os.path.isfile(os.path.join(self.directory, n)))
         names = [n for n in names if n.isdigit()]
         segments: list[Segment] = []
-        for i, name in enumerate(names):
-            path = os.path.join(self.directory, name)
-            length = os.path.getsize(path)
-            if length == 0 and i == len(names) - 1:
-                if readonly:
+        try:
+            for i, name in enumerate(names):
+                path = os.path.join(self.directory, name)
+                length = os.path.getsize(path)
+                if length == 0 and i == len(names) - 1:
+                    if readonly:
+                        continue
+                    log.warning("deleting empty last segment %s", path)
+                    os.unlink(path)
                     continue
-                log.warning("deleting empty last segment %s", path)
-                os.unlink(path)
-                continue
-            if length != self.segment_size:
-                raise SegmentSizeError(f"{path}: length {length} differs from the configured segment size {self.segment_size}")
-            seg = Segment(path, int(name), self.segment_size, create=False, syncer=self.syncer, readonly=readonly)
-            seg.set_positions(self.segment_size)
-            segments.append(seg)
+                if length != self.segment_size:
+                    raise SegmentSizeError(f"{path}: length {length} differs from the configured segment size {self.segment_size}")
+                seg = Segment(path, int(name), self.segment_size, create=False, syncer=self.syncer, readonly=readonly)
+                seg.set_positions(self.segment_size)
+                segments.append(seg)
+        except BaseException:  # do not leak the mappings opened so far
+            for seg in segments:
+                seg.close()
+            raise
         for prev, nxt in zip(segments, segments[1:]):
             if nxt.start - prev.start != self.segment_size:
                 msg = f"{self.directory}: segments {segment_name(prev.start)} and {segment_name(nxt.start)} are not adjacent"

@@ -150,6 +150,7 @@ class MessageStore:
             self.recovery_report.state = "failed"
             self.recovery_report.error = str(e)
             self.state = "failed"
+            self._close_files()  # whatever was opened before the failure
             self._release_lock()
             raise
         return self
