@@ -67,10 +67,13 @@ class DataPlane:
             limit = self.server.queue_count(topic)
             if qid >= limit:
                 raise v.InvalidArgument(f"entries[{idx[0]}].queue_id", f"{qid} is out of range: topic {topic} has {limit} queues")
-        if store.config.flushDiskType == "SYNC_FLUSH":  # waits for the group commit: off the event loop
-            outcomes = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._append_groups, groups)
-        else:  # an append is a copy into the page cache; a thread hop would cost more than it
-            outcomes = self._append_groups(groups)
+        # An append is a copy into the page cache, done right here: a thread hop would cost more.
+        # Under SYNC_FLUSH the call then awaits one group-commit request covering all its batches,
+        # without parking a thread, so many calls share each fdatasync.
+        sync = store.config.flushDiskType == "SYNC_FLUSH"
+        outcomes = self._append_groups(groups, defer_flush=sync)
+        if sync:
+            await self._await_flush(groups, outcomes)
         store.dispatcher.wakeup()  # once per call: consumers see the batch without waiting a poll
         if all(not res.status.stored for _, res in outcomes) and all(
                 res.status is PutStatus.SERVICE_NOT_AVAILABLE for _, res in outcomes):  # nothing stored: fail the call
@@ -129,11 +132,38 @@ class DataPlane:
             groups.append((topic, qid, batch, idx))
         return groups, n
 
-    def _append_groups(self, groups: list) -> list:
+    def _append_groups(self, groups: list, defer_flush: bool = False) -> list:
         """Append each queue's batch; (entry indices, PutResult) per group."""
         store = self.store
-        return [(idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch))
+        return [(idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch, defer_flush))
                 for topic, qid, batch, idx in groups]
+
+    async def _await_flush(self, groups: list, outcomes: list) -> None:
+        """Wait for the group commit of every stored batch that asked for it; past
+        ``syncFlushTimeout`` they report FLUSH_DISK_TIMEOUT (stored, not confirmed on disk)."""
+        waiting = [res for (_t, _q, batch, _i), (_, res) in zip(groups, outcomes) if res.status.stored and batch.wait_flush]
+        if not waiting:
+            return
+        req = self.store.request_flush(max(r.phy_offset + r.wrote_bytes for r in waiting))
+        if req is None:
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def wake(r, fut=fut) -> None:
+            try:
+                loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(r.ok))
+            except RuntimeError:  # the loop is gone (shutdown): nobody is waiting any more
+                pass
+
+        req.add_done_callback(wake)
+        try:
+            ok = await asyncio.wait_for(fut, self.store.config.syncFlushTimeout / 1000)
+        except asyncio.TimeoutError:
+            ok = False
+        if not ok:
+            for res in waiting:
+                res.status = PutStatus.FLUSH_DISK_TIMEOUT
 
     # ------------------------------------------------------------------ pull
 

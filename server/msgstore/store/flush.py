@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Callable, TYPE_CHECKING
 
 from .service import ServiceThread
 
@@ -39,15 +39,34 @@ def flush_commitlog(store: "MessageStore", least_pages: int) -> bool:
 
 
 class FlushRequest:
-    __slots__ = ("end", "event", "ok")
+    __slots__ = ("end", "event", "ok", "_callbacks", "_lock")
 
     def __init__(self, end: int):
         self.end = end
         self.event = threading.Event()
         self.ok = False
+        self._callbacks: list[Callable[["FlushRequest"], None]] = []
+        self._lock = threading.Lock()
 
     def wait(self, timeout_s: float) -> bool:
         return self.event.wait(timeout_s) and self.ok
+
+    def add_done_callback(self, fn: Callable[["FlushRequest"], None]) -> None:
+        """Call ``fn`` (on the flush thread) once the flush is done; at once if it already is.
+        Lets an event loop await a flush without parking a thread on ``wait``."""
+        with self._lock:
+            if not self.event.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def done(self, ok: bool) -> None:
+        with self._lock:
+            self.ok = ok
+            self.event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
 
 
 class GroupCommitService(ServiceThread):
@@ -78,8 +97,7 @@ class GroupCommitService(ServiceThread):
         moved = flush_commitlog(self.store, 0)
         flushed = self.store.commitlog.flushed_offset
         for r in reqs:
-            r.ok = flushed >= r.end
-            r.event.set()
+            r.done(flushed >= r.end)
         if moved:
             self.store.dispatcher.wakeup()
 

@@ -22,7 +22,8 @@ from .commitlog import AppendError, CommitLog
 from .config import HOT_KEYS, ConfigError, ConfigUpdate, StoreConfig, validate
 from .consume_queue import ConsumeQueue, is_filler
 from .dispatch import Dispatcher, Hint
-from .flush import CommitService, ConsumeQueueFlushService, GroupCommitService, RealTimeFlushService, commit_all, flush_commitlog
+from .flush import (CommitService, ConsumeQueueFlushService, FlushRequest, GroupCommitService, RealTimeFlushService, commit_all,
+                    flush_commitlog)
 from .index import IndexService
 from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error
 from .recovery import Recovery, RecoveryReport
@@ -482,16 +483,19 @@ class MessageStore:
             return failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range: topic {topic} has {tc.write_queue_nums} queues")
         return None
 
-    def put_prepared(self, batch) -> PutResult:
+    def put_prepared(self, batch, defer_flush: bool = False) -> PutResult:
         """Append a batch already prepared (validated and encoded) for one queue; the API
-        prepares every queue's batch of a request before appending any of them."""
+        prepares every queue's batch of a request before appending any of them.
+
+        ``defer_flush``: under SYNC_FLUSH, return once appended; the caller then waits for
+        :meth:`request_flush` itself (the gRPC server awaits it on its event loop)."""
         refusal = self._write_refusal()
         if refusal is not None:
             return failed(PutStatus.SERVICE_NOT_AVAILABLE, refusal.value, refusal)
         with self._inflight_cond:
             self._inflight += 1
         try:
-            result = self._append(batch)
+            result = self._append(batch, defer_flush)
         finally:
             with self._inflight_cond:
                 self._inflight -= 1
@@ -504,7 +508,13 @@ class MessageStore:
             self.stats["put_failures"] += 1
         return result
 
-    def _append(self, batch) -> PutResult:
+    def request_flush(self, end_offset: int) -> FlushRequest | None:
+        """A group-commit request for everything below ``end_offset`` (None under ASYNC_FLUSH)."""
+        if isinstance(self.flusher, GroupCommitService):
+            return self.flusher.request(end_offset)
+        return None
+
+    def _append(self, batch, defer_flush: bool = False) -> PutResult:
         cl = self.commitlog
         topic, queue_id = batch.topic, batch.queue_id
         key = (topic, queue_id)
@@ -522,7 +532,7 @@ class MessageStore:
         # The dispatcher is not woken per put: it polls every millisecond, as the reference's
         # reput service does. Waking it here made it take the GIL while this thread sat in
         # pwrite, and the producer then waited out whole switch intervals (half the throughput).
-        if isinstance(self.flusher, GroupCommitService) and batch.wait_flush:
+        if isinstance(self.flusher, GroupCommitService) and batch.wait_flush and not defer_flush:
             req = self.flusher.request(app.end_offset)
             if not req.wait(self.config.syncFlushTimeout / 1000):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
