@@ -152,6 +152,17 @@ def test_over_the_warning_ratio_writes_stop_reads_go_on_and_cleanup_lets_them_re
 
         wait_until(accepted, timeout=30, what="writes to resume after cleanup")
         assert server.proc.pid == pid and not w.status().disk_full
+        # stop forced cleanup and let a run in progress finish, so the check below sees a stable
+        # queue start (segments deleted while it reads would look like lost messages)
+        w.admin.UpdateConfig(apb.UpdateConfigRequest(changes={"cleanFileForciblyEnable": "false"}), timeout=10)
+        counts = [w.status().commitlog_segments]
+
+        def settled():
+            time.sleep(0.3)
+            counts.append(w.status().commitlog_segments)
+            return counts[-1] == counts[-2]
+
+        wait_until(settled, timeout=30, what="cleanup to settle")
         deleted = w.check_all()
         assert 0 < deleted < len(w.acked), deleted  # the oldest went, the rest (and the new ones) are intact
     finally:
