@@ -312,75 +312,81 @@ def run(workdir: str) -> list[Measure]:
     peers.ensure_installed()
     out: list[Measure] = []
     versions = {"nats-server": peers.version("nats-server"), "redis-server": peers.version("redis-server")}
-    ms = start_msgstore(workdir)
-    sync_ms = start_msgstore(workdir, ["flushDiskType=SYNC_FLUSH"])
-    with peers.nats_server(workdir) as nats_srv, peers.redis_server(workdir) as redis_srv, \
-            peers.redis_server(workdir, "always") as redis_always:
-        js = JetStream(nats_srv.port)
-        client = Client(ms.address, timeout=60)
-        sync_client = Client(sync_ms.address, timeout=60)
-        try:
-            # 1. produce with async durability, three sizes
-            for size, count in ((KiB, 60_000), (100, 150_000), (4 * KiB, 20_000)):
-                body = os.urandom(size)
-                total = n(count)
-                label = f"{size} B" if size < KiB else f"{size // KiB} KiB"
-                a, b, c, streams, sent = [], [], [], [], []
-                for i in range(REPEAT):
-                    rate, ms_sent = ms_batched(client, f"s1-{size}-{i}", body, total)
-                    a.append(rate)
-                    rate, name = js.publish_async(body, min(total, n(20_000)))  # its rate is steady; spare minutes
-                    b.append(rate)
-                    streams.append(name)
-                    rate, rd_sent = redis_pipelined(redis_srv.port, f"s1-{size}-{i}", body, total)
-                    c.append(rate)
-                    sent.append((ms_sent, min(total, n(20_000)), rd_sent))
-                m_ms = Measure(f"1. produce {label}: msgstore batched gRPC send", "msg/s", a)
-                m_js = Measure(f"1. produce {label}: JetStream async publish", "msg/s", b)
-                m_rd = Measure(f"1. produce {label}: Redis pipelined XADD (appendfsync everysec)", "msg/s", c)
-                out += [m_ms, m_js, m_rd,
-                        ratio(m_ms, m_js, f"1. produce {label}: msgstore / JetStream", "target ≥ 5" if size == KiB else ""),
-                        ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis", "target ≥ 2" if size == KiB else "")]
-                if size == KiB:
-                    consume_set = ([f"s1-{size}-{i}" for i in range(REPEAT)], streams, sent)
+    ms = sync_ms = None
+    try:
+        ms = start_msgstore(workdir)
+        sync_ms = start_msgstore(workdir, ["flushDiskType=SYNC_FLUSH"])
+        with peers.nats_server(workdir) as nats_srv, peers.redis_server(workdir) as redis_srv, \
+                peers.redis_server(workdir, "always") as redis_always:
+            js = JetStream(nats_srv.port)
+            client = Client(ms.address, timeout=60)
+            sync_client = Client(sync_ms.address, timeout=60)
+            try:
+                # 1. produce with async durability, three sizes
+                for size, count in ((KiB, 60_000), (100, 150_000), (4 * KiB, 20_000)):
+                    body = os.urandom(size)
+                    total = n(count)
+                    label = f"{size} B" if size < KiB else f"{size // KiB} KiB"
+                    a, b, c, streams, sent = [], [], [], [], []
+                    for i in range(REPEAT):
+                        rate, ms_sent = ms_batched(client, f"s1-{size}-{i}", body, total)
+                        a.append(rate)
+                        rate, name = js.publish_async(body, min(total, n(20_000)))  # its rate is steady; spare minutes
+                        b.append(rate)
+                        streams.append(name)
+                        rate, rd_sent = redis_pipelined(redis_srv.port, f"s1-{size}-{i}", body, total)
+                        c.append(rate)
+                        sent.append((ms_sent, min(total, n(20_000)), rd_sent))
+                    m_ms = Measure(f"1. produce {label}: msgstore batched gRPC send", "msg/s", a)
+                    m_js = Measure(f"1. produce {label}: JetStream async publish", "msg/s", b)
+                    m_rd = Measure(f"1. produce {label}: Redis pipelined XADD (appendfsync everysec)", "msg/s", c)
+                    out += [m_ms, m_js, m_rd,
+                            ratio(m_ms, m_js, f"1. produce {label}: msgstore / JetStream", "target ≥ 5" if size == KiB else ""),
+                            ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis", "target ≥ 2" if size == KiB else "")]
+                    if size == KiB:
+                        consume_set = ([f"s1-{size}-{i}" for i in range(REPEAT)], streams, sent)
 
-            # 2. one message per call
-            body = os.urandom(KiB)
-            m_unary = Measure("2. one per call: msgstore unary send", "msg/s", [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)])
-            m_prod = Measure("2. one per call: msgstore auto-batching producer", "msg/s",
-                             [ms_producer(client, f"s2p-{i}", body, n(60_000)) for i in range(REPEAT)])
-            m_jsp = Measure("2. one per call: JetStream publish, awaiting each ack", "msg/s", [js.publish_sync(body, n(5000)) for _ in range(REPEAT)])
-            m_x = Measure("2. one per call: Redis XADD", "msg/s", [redis_singles(redis_srv.port, f"s2-{i}", body, n(10_000)) for i in range(REPEAT)])
-            out += [m_unary, m_prod, m_jsp, m_x, ratio(m_unary, m_jsp, "2. unary / JetStream publish"), ratio(m_unary, m_x, "2. unary / Redis XADD"),
-                    ratio(m_prod, m_jsp, "2. producer / JetStream publish"), ratio(m_prod, m_x, "2. producer / Redis XADD")]
+                # 2. one message per call
+                body = os.urandom(KiB)
+                m_unary = Measure("2. one per call: msgstore unary send", "msg/s", [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)])
+                m_prod = Measure("2. one per call: msgstore auto-batching producer", "msg/s",
+                                 [ms_producer(client, f"s2p-{i}", body, n(60_000)) for i in range(REPEAT)])
+                m_jsp = Measure("2. one per call: JetStream publish, awaiting each ack", "msg/s", [js.publish_sync(body, n(5000)) for _ in range(REPEAT)])
+                m_x = Measure("2. one per call: Redis XADD", "msg/s", [redis_singles(redis_srv.port, f"s2-{i}", body, n(10_000)) for i in range(REPEAT)])
+                out += [m_unary, m_prod, m_jsp, m_x, ratio(m_unary, m_jsp, "2. unary / JetStream publish"), ratio(m_unary, m_x, "2. unary / Redis XADD"),
+                        ratio(m_prod, m_jsp, "2. producer / JetStream publish"), ratio(m_prod, m_x, "2. producer / Redis XADD")]
 
-            # 3. sync durability: group commit
-            m_s1 = Measure("3. sync: msgstore SYNC_FLUSH, 1 producer", "msg/s",
-                           [ms_concurrent_singles(sync_client, f"s3a-{i}", body, 1, n(2000)) for i in range(REPEAT)])
-            m_s16 = Measure("3. sync: msgstore SYNC_FLUSH, 16 producers", "msg/s",
-                            [ms_concurrent_singles(sync_client, f"s3b-{i}", body, 16, n(600)) for i in range(REPEAT)])
-            m_r1 = Measure("3. sync: Redis appendfsync always, 1 client", "msg/s",
-                           [redis_singles(redis_always.port, f"s3a-{i}", body, n(2000)) for i in range(REPEAT)])
-            m_r16 = Measure("3. sync: Redis appendfsync always, 16 clients", "msg/s",
-                            [redis_singles(redis_always.port, f"s3b-{i}", body, n(9600), clients=16) for i in range(REPEAT)])
-            out += [m_s1, m_s16, m_r1, m_r16, ratio(m_s16, m_s1, "3. sync: msgstore 16 / 1 producers (group commit)", "target ≥ 10"),
-                    ratio(m_s1, m_r1, "3. sync: msgstore / Redis, 1 producer"), ratio(m_s16, m_r16, "3. sync: msgstore / Redis, 16 producers")]
+                # 3. sync durability: group commit
+                m_s1 = Measure("3. sync: msgstore SYNC_FLUSH, 1 producer", "msg/s",
+                               [ms_concurrent_singles(sync_client, f"s3a-{i}", body, 1, n(2000)) for i in range(REPEAT)])
+                m_s16 = Measure("3. sync: msgstore SYNC_FLUSH, 16 producers", "msg/s",
+                                [ms_concurrent_singles(sync_client, f"s3b-{i}", body, 16, n(600)) for i in range(REPEAT)])
+                m_r1 = Measure("3. sync: Redis appendfsync always, 1 client", "msg/s",
+                               [redis_singles(redis_always.port, f"s3a-{i}", body, n(2000)) for i in range(REPEAT)])
+                m_r16 = Measure("3. sync: Redis appendfsync always, 16 clients", "msg/s",
+                                [redis_singles(redis_always.port, f"s3b-{i}", body, n(9600), clients=16) for i in range(REPEAT)])
+                out += [m_s1, m_s16, m_r1, m_r16, ratio(m_s16, m_s1, "3. sync: msgstore 16 / 1 producers (group commit)", "target ≥ 10"),
+                        ratio(m_s1, m_r1, "3. sync: msgstore / Redis, 1 producer"), ratio(m_s16, m_r16, "3. sync: msgstore / Redis, 16 producers")]
 
-            # 4. consume what scenario 1 wrote (1 KiB)
-            topics, streams, sent = consume_set
-            m_pull = Measure("4. consume 1 KiB: msgstore pull", "msg/s", [ms_consume(client, t, c[0]) for t, c in zip(topics, sent)])
-            m_fetch = Measure("4. consume 1 KiB: JetStream pull-consumer fetch(1000)", "msg/s",
-                              [js.fetch_all(s, c[1]) for s, c in zip(streams, sent)])
-            m_xr = Measure("4. consume 1 KiB: Redis XRANGE COUNT 1000", "msg/s",
-                           [redis_xrange(redis_srv.port, t, c[2]) for t, c in zip(topics, sent)])
-            out += [m_pull, m_fetch, m_xr, ratio(m_pull, m_fetch, "4. consume: msgstore / JetStream"),
-                    ratio(m_pull, m_xr, "4. consume: msgstore / Redis XRANGE", "target ≥ 1")]
-        finally:
-            js.close()
-            client.close()
-            sync_client.close()
-            ms.terminate()
-            sync_ms.terminate()
+                # 4. consume what scenario 1 wrote (1 KiB)
+                topics, streams, sent = consume_set
+                m_pull = Measure("4. consume 1 KiB: msgstore pull", "msg/s", [ms_consume(client, t, c[0]) for t, c in zip(topics, sent)])
+                m_fetch = Measure("4. consume 1 KiB: JetStream pull-consumer fetch(1000)", "msg/s",
+                                  [js.fetch_all(s, c[1]) for s, c in zip(streams, sent)])
+                m_xr = Measure("4. consume 1 KiB: Redis XRANGE COUNT 1000", "msg/s",
+                               [redis_xrange(redis_srv.port, t, c[2]) for t, c in zip(topics, sent)])
+                out += [m_pull, m_fetch, m_xr, ratio(m_pull, m_fetch, "4. consume: msgstore / JetStream"),
+                        ratio(m_pull, m_xr, "4. consume: msgstore / Redis XRANGE", "target ≥ 1")]
+            finally:
+                js.close()
+                client.close()
+                sync_client.close()
+                ms.terminate()
+                sync_ms.terminate()
+    finally:  # also when a peer fails to start: no store process outlives the benchmark
+        for server in (ms, sync_ms):
+            if server is not None:
+                server.terminate()
 
     # 5. embedded put beside the disk
     puts, disk = [], []

@@ -32,6 +32,7 @@ from .segment import Syncer, msync
 from .service import ServiceThread
 
 log = logging.getLogger(__name__)
+_SIZE_MAGIC = codec._S_SIZE_MAGIC  # TOTALSIZE and MAGICCODE at the start of a record
 
 MAX_SCAN_UNITS = 800  # consume-queue units looked at per pull, matched or not
 
@@ -78,7 +79,7 @@ class MessageStore:
         self.flusher: GroupCommitService | RealTimeFlushService | None = None
         self.committer: CommitService | None = None
         self.commitlog: CommitLog = None  # type: ignore[assignment]
-        self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0}
+        self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0, "bad_units": 0}
         self.flush_observers: list = []  # callables(seconds) told how long each commit-log flush took
 
     # ================================================================== paths
@@ -593,6 +594,12 @@ class MessageStore:
                         removing = True
                     continue
                 pos = phy - seg.start
+                total, magic = _SIZE_MAGIC.unpack_from(seg.mm, pos) if size >= 8 else (0, 0)
+                if total != size or (magic != codec.MAGIC_V1 and magic != codec.MAGIC_V2):
+                    # a damaged consume-queue unit: serve nothing rather than bytes that are not
+                    # the record (a client would fail to decode them, or worse, decode garbage)
+                    self._bad_unit(cq, unit_offset, phy, size)
+                    continue
                 view = seg_view[pos:pos + size]
                 if tags is not None and _record_tags(view) not in tags:
                     view.release()
@@ -606,6 +613,12 @@ class MessageStore:
             result.status = GetStatus.MESSAGE_WAS_REMOVING
             result.next_offset = max(next_offset, cq.min_offset)
         return result
+
+    def _bad_unit(self, cq: ConsumeQueue, offset: int, phy: int, size: int) -> None:
+        self.stats["bad_units"] += 1
+        if self.stats["bad_units"] <= 10:
+            log.error("consume queue %s/%d offset %d points at no record (commit-log offset %d, size %d); skipped "
+                      "(msgstore fsck lists such units)", cq.topic, cq.queue_id, offset, phy, size)
 
     def look_message_by_offset(self, phy: int) -> codec.StoredMessage | None:
         raw = self.commitlog.read_record(phy)
