@@ -27,10 +27,13 @@ def start_server(workdir: str, settings: list[str] | None = None) -> ServerProce
     return proc.start()
 
 
-def batched_send(client: Client, topic: str, streams: int, total: int = 150_000, batch: int = 500) -> float:
+def batched_send(client: Client, topic: str, streams: int, total: int = 150_000, batch: int = 500,
+                 body: bytes = BODY, tags: str | None = "t") -> tuple[float, int]:
+    """(msg/s, messages sent): ``streams`` threads sending batches round the topic's queues."""
     queues = client.route(topic).queues
-    msgs = [OutMessage(BODY, tags="t") for _ in range(batch)]
-    per = total // streams // batch
+    batch = min(batch, max(1, total // streams))
+    msgs = [OutMessage(body, tags=tags) for _ in range(batch)]
+    per = max(1, total // streams // batch)
 
     def work(k: int) -> None:
         for i in range(per):
@@ -43,24 +46,24 @@ def batched_send(client: Client, topic: str, streams: int, total: int = 150_000,
         th.start()
     for th in threads:
         th.join()
-    return per * streams * batch / (time.perf_counter() - t)
+    return per * streams * batch / (time.perf_counter() - t), per * streams * batch
 
 
-def producer_singles(client: Client, topic: str, total: int = 100_000) -> float:
+def producer_singles(client: Client, topic: str, total: int = 100_000, body: bytes = BODY) -> float:
     with Producer(client, linger_ms=5) as p:
         t = time.perf_counter()
-        for _ in range(total):
-            p.send(topic, BODY)
+        futures = [p.send(topic, body) for _ in range(total)]
         p.flush()
+        assert futures[-1].result(30).ok
         return total / (time.perf_counter() - t)
 
 
-def consume_all(client: Client, topic: str, expected: int) -> float:
+def consume_all(client: Client, topic: str, expected: int, stall_s: float = 2.0) -> float:
     consumer = Consumer(client, None, topic, max_messages=1024)
     n = 0
     t = time.perf_counter()
     while n < expected:
-        got = consumer.poll(timeout=2)
+        got = consumer.poll(timeout=stall_s)
         assert got, f"stalled at {n}"
         n += len(got)
     return n / (time.perf_counter() - t)
@@ -70,8 +73,8 @@ def run(workdir: str) -> list[Measure]:
     server = start_server(workdir)
     try:
         client = Client(server.address, timeout=30)
-        one = [batched_send(client, f"s1-{i}", 1) for i in range(3)]
-        three = [batched_send(client, f"s3-{i}", 3) for i in range(3)]
+        one = [batched_send(client, f"s1-{i}", 1)[0] for i in range(3)]
+        three = [batched_send(client, f"s3-{i}", 3)[0] for i in range(3)]
         prod = [producer_singles(client, f"p-{i}") for i in range(3)]
         time.sleep(1)  # let the dispatcher finish before reading back
         pull = [consume_all(client, f"s3-{i}", 150_000) for i in range(3)]

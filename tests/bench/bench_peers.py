@@ -25,11 +25,12 @@ import time
 
 import numpy as np
 
-from msgstore.client import Client, Consumer, OutMessage, Producer
+from msgstore.client import Client, OutMessage
 from msgstore.store import Message, MessageStore
 from tests.support.servers import ServerProcess
 
 from . import bench_store, peers
+from .bench_grpc import batched_send, consume_all, producer_singles, start_server
 from .common import REPEAT, Measure, dd_write_rate
 
 KiB = 1024
@@ -41,49 +42,11 @@ def n(count: int) -> int:
     return max(100, int(count * SCALE))
 
 
-def start_msgstore(workdir: str, settings: list[str] | None = None) -> ServerProcess:
-    root = tempfile.mkdtemp(dir=workdir)
-    proc = ServerProcess(os.path.join(root, "data"), name="bench")
-    proc.settings = list(settings or [])  # the store's defaults, not the test harness's small files
-    return proc.start()
-
-
-# ---------------------------------------------------------------------------------- msgstore
-
-def ms_batched(client: Client, topic: str, body: bytes, total: int, streams: int = 2, batch: int = 500) -> tuple[float, int]:
-    """(msg/s, messages sent)"""
-    queues = client.route(topic).queues
-    batch = min(batch, max(1, total // streams))
-    msgs = [OutMessage(body) for _ in range(batch)]
-    per = max(1, total // streams // batch)
-
-    def work(k: int) -> None:
-        for i in range(per):
-            assert client.send_batch(topic, msgs, queue=queues[(k * 3 + i) % len(queues)])[-1].ok
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(streams)]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return per * streams * batch / (time.perf_counter() - t), per * streams * batch
-
-
 def ms_unary(client: Client, topic: str, body: bytes, total: int) -> float:
     t = time.perf_counter()
     for _ in range(total):
         assert client.send(topic, body).ok
     return total / (time.perf_counter() - t)
-
-
-def ms_producer(client: Client, topic: str, body: bytes, total: int) -> float:
-    with Producer(client, linger_ms=5) as p:
-        t = time.perf_counter()
-        futures = [p.send(topic, body) for _ in range(total)]
-        p.flush()
-        assert futures[-1].result(30).ok
-        return total / (time.perf_counter() - t)
 
 
 def ms_concurrent_singles(client: Client, topic: str, body: bytes, producers: int, each: int) -> float:
@@ -98,17 +61,6 @@ def ms_concurrent_singles(client: Client, topic: str, body: bytes, producers: in
     for th in threads:
         th.join()
     return producers * each / (time.perf_counter() - t)
-
-
-def ms_consume(client: Client, topic: str, expected: int) -> float:
-    consumer = Consumer(client, None, topic, max_messages=1024)
-    got = 0
-    t = time.perf_counter()
-    while got < expected:
-        batch = consumer.poll(timeout=5)
-        assert batch, f"stalled at {got}"
-        got += len(batch)
-    return got / (time.perf_counter() - t)
 
 
 # ---------------------------------------------------------------------------------- JetStream
@@ -271,7 +223,7 @@ def query_latency(workdir: str, keys: int, queries: int = 2000) -> tuple[float, 
 def cleanup_p99(workdir: str) -> tuple[float, float]:
     """p99 of single sends (ms) with no cleanup and while 10 segments are deleted."""
     seg = 8 * 1024 * 1024
-    server = start_msgstore(workdir, [f"mappedFileSizeCommitLog={seg}", "deleteFileBatchMax=10", "fileReservedTime=0",
+    server = start_server(workdir, [f"mappedFileSizeCommitLog={seg}", "deleteFileBatchMax=10", "fileReservedTime=0",
                                       "deleteWhen=04", "cleanResourceInterval=100", "cleanResourceInitialDelay=3600000"])
     try:
         client = Client(server.address, timeout=30)
@@ -314,8 +266,8 @@ def run(workdir: str) -> list[Measure]:
     versions = {"nats-server": peers.version("nats-server"), "redis-server": peers.version("redis-server")}
     ms = sync_ms = None
     try:
-        ms = start_msgstore(workdir)
-        sync_ms = start_msgstore(workdir, ["flushDiskType=SYNC_FLUSH"])
+        ms = start_server(workdir)
+        sync_ms = start_server(workdir, ["flushDiskType=SYNC_FLUSH"])
         with peers.nats_server(workdir) as nats_srv, peers.redis_server(workdir) as redis_srv, \
                 peers.redis_server(workdir, "always") as redis_always:
             js = JetStream(nats_srv.port)
@@ -329,7 +281,7 @@ def run(workdir: str) -> list[Measure]:
                     label = f"{size} B" if size < KiB else f"{size // KiB} KiB"
                     a, b, c, streams, sent = [], [], [], [], []
                     for i in range(REPEAT):
-                        rate, ms_sent = ms_batched(client, f"s1-{size}-{i}", body, total)
+                        rate, ms_sent = batched_send(client, f"s1-{size}-{i}", 2, total, body=body, tags=None)
                         a.append(rate)
                         rate, name = js.publish_async(body, min(total, n(20_000)))  # its rate is steady; spare minutes
                         b.append(rate)
@@ -350,7 +302,7 @@ def run(workdir: str) -> list[Measure]:
                 body = os.urandom(KiB)
                 m_unary = Measure("2. one per call: msgstore unary send", "msg/s", [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)])
                 m_prod = Measure("2. one per call: msgstore auto-batching producer", "msg/s",
-                                 [ms_producer(client, f"s2p-{i}", body, n(60_000)) for i in range(REPEAT)])
+                                 [producer_singles(client, f"s2p-{i}", n(60_000), body) for i in range(REPEAT)])
                 m_jsp = Measure("2. one per call: JetStream publish, awaiting each ack", "msg/s", [js.publish_sync(body, n(5000)) for _ in range(REPEAT)])
                 m_x = Measure("2. one per call: Redis XADD", "msg/s", [redis_singles(redis_srv.port, f"s2-{i}", body, n(10_000)) for i in range(REPEAT)])
                 out += [m_unary, m_prod, m_jsp, m_x, ratio(m_unary, m_jsp, "2. unary / JetStream publish"), ratio(m_unary, m_x, "2. unary / Redis XADD"),
@@ -370,7 +322,7 @@ def run(workdir: str) -> list[Measure]:
 
                 # 4. consume what scenario 1 wrote (1 KiB)
                 topics, streams, sent = consume_set
-                m_pull = Measure("4. consume 1 KiB: msgstore pull", "msg/s", [ms_consume(client, t, c[0]) for t, c in zip(topics, sent)])
+                m_pull = Measure("4. consume 1 KiB: msgstore pull", "msg/s", [consume_all(client, t, c[0], stall_s=5) for t, c in zip(topics, sent)])
                 m_fetch = Measure("4. consume 1 KiB: JetStream pull-consumer fetch(1000)", "msg/s",
                                   [js.fetch_all(s, c[1]) for s, c in zip(streams, sent)])
                 m_xr = Measure("4. consume 1 KiB: Redis XRANGE COUNT 1000", "msg/s",
