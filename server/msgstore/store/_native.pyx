@@ -59,6 +59,22 @@ cdef inline int64_t get64(const uint8_t* p) nogil:
     return <int64_t>u
 
 
+cdef inline Py_ssize_t hex_message_id(char* out, const uint8_t* host, Py_ssize_t host_len, int64_t phy) nogil:
+    """The offset message id into ``out``: hex of the store host (address, port), then of the
+    commit-log offset; returns its length (at most 56)."""
+    cdef const char* digits = b"0123456789ABCDEF"
+    cdef Py_ssize_t n = 0, i
+    for i in range(host_len):
+        out[n] = digits[host[i] >> 4]
+        out[n + 1] = digits[host[i] & 15]
+        n += 2
+    for i in range(8):
+        out[n] = digits[((<uint64_t>phy) >> (60 - 8 * i)) & 15]
+        out[n + 1] = digits[((<uint64_t>phy) >> (56 - 8 * i)) & 15]
+        n += 2
+    return n
+
+
 cdef inline uint32_t jh_str(uint32_t h, str s):
     """Continue Java's String.hashCode over the UTF-16 code units of ``s``."""
     cdef Py_UCS4 c
@@ -1177,7 +1193,6 @@ def decode_records(const uint8_t[::1] data, object cls, dict host_cache, object 
     cdef dict props
     cdef object born, store, born_key, store_key, topic
     cdef char hexbuf[56]
-    cdef const char* digits = b"0123456789ABCDEF"
     cdef Py_ssize_t idlen
     cdef int64_t phy
     cdef dict topics = {}
@@ -1239,15 +1254,7 @@ def decode_records(const uint8_t[::1] data, object cls, dict host_cache, object 
             q = vs + 1
         # offset message id: hex of store host | port | phy offset
         phy = get64(p + 28)
-        idlen = 0
-        for i in range(store_len):
-            hexbuf[idlen] = digits[p[48 + born_len + 8 + i] >> 4]
-            hexbuf[idlen + 1] = digits[p[48 + born_len + 8 + i] & 15]
-            idlen += 2
-        for i in range(8):
-            hexbuf[idlen] = digits[((<uint64_t>phy) >> (60 - 8 * i)) & 15]
-            hexbuf[idlen + 1] = digits[((<uint64_t>phy) >> (56 - 8 * i)) & 15]
-            idlen += 2
+        idlen = hex_message_id(hexbuf, p + 48 + born_len + 8, store_len, phy)
         fields = (size, magic, get32(p + 8), get32(p + 12), get32(p + 16), get64(p + 20), phy, sf, get64(p + 40),
                   born, get64(p + 48 + born_len), store, get32(p + 48 + born_len + 8 + store_len),
                   get64(p + 48 + born_len + 8 + store_len + 4), body, topic, props,
@@ -1270,7 +1277,6 @@ def encode_send_response(Py_ssize_t n, str node, list groups):
     cdef char buf[200]
     cdef char hexbuf[56]
     cdef char* w
-    cdef const char* digits = b"0123456789ABCDEF"
     cdef const char* ep
     cdef list idx, sizes
     for g in groups:
@@ -1285,15 +1291,7 @@ def encode_send_response(Py_ssize_t n, str node, list groups):
                 w[0] = 0x08
                 w = put_varint(w + 1, <uint64_t>status)
             if qoff >= 0:
-                idlen = 0
-                for i in range(hl):
-                    hexbuf[idlen] = digits[(<uint8_t>PyBytes_AS_STRING(host)[i]) >> 4]
-                    hexbuf[idlen + 1] = digits[(<uint8_t>PyBytes_AS_STRING(host)[i]) & 15]
-                    idlen += 2
-                for i in range(8):
-                    hexbuf[idlen] = digits[((<uint64_t>phy) >> (60 - 8 * i)) & 15]
-                    hexbuf[idlen + 1] = digits[((<uint64_t>phy) >> (56 - 8 * i)) & 15]
-                    idlen += 2
+                idlen = hex_message_id(hexbuf, <const uint8_t*>PyBytes_AS_STRING(host), hl, phy)
                 w = put_bytes_field(w, 0x12, hexbuf, idlen)
             if qid:
                 w[0] = 0x18
@@ -1411,7 +1409,6 @@ def decode_columns(const uint8_t[::1] mem, Py_ssize_t start, Py_ssize_t limit, P
     cdef int32_t sf, t
     cdef str stop = "limit"
     cdef Py_ssize_t bad_size = -1
-    cdef const char* digits = b"0123456789ABCDEF"
     cdef char hexbuf[56]
     cdef int64_t ph
     cdef Buf body = Buf(min(limit - start, max_records * 1200) if limit > start else 4096), body_off_b = Buf(), tags_off = Buf(), tags = Buf(), ids_off = Buf(), ids = Buf()
@@ -1470,15 +1467,7 @@ def decode_columns(const uint8_t[::1] mem, Py_ssize_t start, Py_ssize_t limit, P
         body.add(p + body_off, body_len)
         body_off_b.add_i32(<int32_t>body.len)
         # message id: hex of store host | port | phy offset
-        w0 = 0
-        for i in range(store_len):
-            hexbuf[w0] = digits[p[48 + born_len + 8 + i] >> 4]
-            hexbuf[w0 + 1] = digits[p[48 + born_len + 8 + i] & 15]
-            w0 += 2
-        for i in range(8):
-            hexbuf[w0] = digits[((<uint64_t>ph) >> (60 - 8 * i)) & 15]
-            hexbuf[w0 + 1] = digits[((<uint64_t>ph) >> (56 - 8 * i)) & 15]
-            w0 += 2
+        w0 = hex_message_id(hexbuf, p + 48 + born_len + 8, store_len, ph)
         ids.add(hexbuf, w0)
         ids_off.add_i32(<int32_t>ids.len)
         # properties: every pair into the map; TAGS and the keys (UNIQ_KEY, then KEYS words) too
