@@ -93,13 +93,10 @@ def _slot_count(size: int) -> int | None:
 
 def record_key_hashes(root: str) -> Iterator[pa.RecordBatch]:
     """(commit-log offset, topic, key, index hash) for every key of every record."""
-    from .source import segment_files
+    from .source import mapped, segment_files
 
     for part in segment_files(root):
-        with open(part.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        try:
+        with mapped(part.path) as (mm, size):
             pos = 0
             while pos < size:
                 cols, end, stop, _bad = codec.scan_records(mm, pos, size, False, part.start, 8192)
@@ -121,8 +118,3 @@ def record_key_hashes(root: str) -> Iterator[pa.RecordBatch]:
                 pos = end
                 if stop != "limit":
                     break
-        finally:
-            try:
-                mm.close()
-            except BufferError:
-                pass

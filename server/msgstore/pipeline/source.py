@@ -8,6 +8,7 @@ partition per segment file).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -236,15 +237,29 @@ class Filters:
         return keep
 
 
+@contextlib.contextmanager
+def mapped(path: str) -> Iterator[tuple[mmap.mmap | None, int]]:
+    """A segment file mapped read-only, with its size (None for an empty file). Closing
+    tolerates Arrow buffers still viewing the map: they keep it alive until they go."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
+    try:
+        yield mm, size
+    finally:
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass
+
+
 def read_segment(opts: ReaderOptions, part: SegmentFile) -> Iterator[pa.RecordBatch]:
     filters = Filters(opts)
     decoder = Decoder()
-    with open(part.path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
+    with mapped(part.path) as (mm, size):
+        if mm is None:
             return
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-    try:
         pos = 0
         while pos < size:
             batch, pos, stop = decoder.decode(mm, pos, size)
@@ -254,11 +269,6 @@ def read_segment(opts: ReaderOptions, part: SegmentFile) -> Iterator[pa.RecordBa
                     yield batch
             if stop != "limit":
                 break
-    finally:
-        try:
-            mm.close()
-        except BufferError:
-            pass
 
 
 class BatchReader(DataSourceReader):
