@@ -17,17 +17,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import signal
-import subprocess
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.pods import ContainerProcess
+
 TICK = 0.05
 
 
@@ -36,14 +32,19 @@ class Container:
     pod: str
     ip: str
     port: int
-    args: list[str]
-    proc: subprocess.Popen
-    restarts: int = 0
-    starts: list[int] = field(default_factory=list)  # pids over time
+    process: ContainerProcess
 
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
+
+    @property
+    def proc(self):
+        return self.process.proc
+
+    @property
+    def restarts(self) -> int:
+        return self.process.restarts
 
 
 class Cluster:
@@ -85,9 +86,7 @@ class Cluster:
         except asyncio.CancelledError:
             pass
         for c in list(self.containers.values()):
-            if c.proc.poll() is None:
-                c.proc.kill()
-                c.proc.wait(10)
+            c.process.kill()
         await self._http.close()
 
     async def _loop(self) -> None:
@@ -149,26 +148,16 @@ class Cluster:
                 "phase": "Running", "podIP": c.ip, "podIPs": [{"ip": c.ip}],
                 "conditions": [{"type": "Ready", "status": "False"}]}})
             return
-        if c.proc.poll() is not None:  # the container died: restart it (restartPolicy: Always)
+        if not c.process.running:  # the container died: restart it (restartPolicy: Always)
             self.history.append(("crashed", name))
-            c.restarts += 1
-            c.proc = self._spawn(name, c.args)
-            c.starts.append(c.proc.pid)
+            c.process.restart()
             self.history.append(("started", name))
-        ready = await self._serving(c)
+        ready = await asyncio.to_thread(c.process.ready)
         was = next((x.get("status") for x in (pod.get("status") or {}).get("conditions") or [] if x.get("type") == "Ready"), None)
         if (was == "True") != ready:
             await self._req("PATCH", self._ns("pods") + "/" + name, {"status": {
                 "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                 "containerStatuses": [{"name": "msgstore", "ready": ready, "restartCount": c.restarts}]}})
-
-    async def _serving(self, c: Container) -> bool:
-        try:
-            async with grpc.aio.insecure_channel(c.address) as ch:
-                resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                return resp.status == health_pb2.HealthCheckResponse.SERVING
-        except grpc.aio.AioRpcError:
-            return False
 
     def pod_ip(self, pod_name: str) -> str:
         return f"127.0.0.{10 + int(pod_name.rsplit('-', 1)[1])}"
@@ -177,43 +166,28 @@ class Cluster:
         name = pod["metadata"]["name"]
         spec = pod["spec"]
         container = spec["containers"][0]
-        ip = self.pod_ip(name)
-        env = {"POD_NAME": name, "POD_NAMESPACE": self.namespace, "POD_IP": ip}
-        mounts = await self._volumes(name, spec, container)
         sts = pod["metadata"]["ownerReferences"][0]["name"]
-        args = []
-        it = iter(container["args"])
-        for a in it:
-            for k, v in env.items():
-                a = a.replace(f"$({k})", v)
-            for mount in sorted(mounts, key=len, reverse=True):  # one rewrite, the most specific mount
-                if a == mount or a.startswith(mount + "/"):
-                    a = mounts[mount] + a[len(mount):]
-                    break
-            if a == "--peers-dns":  # cluster DNS for the headless Service
-                next(it)
-                args += ["--peers-file", os.path.join(self.base, "dns", f"{sts}.peers")]
-                continue
-            if a == "0.0.0.0":
-                a = ip
-            args.append(a)
-        args += ["--grace", "2"]
+        peers = os.path.join(self.base, "dns", f"{sts}.peers")
+
+        def rewrite(argv: list[str]) -> list[str]:  # cluster DNS for the headless Service
+            out = []
+            it = iter(argv)
+            for a in it:
+                if a == "--peers-dns":
+                    next(it)
+                    out += ["--peers-file", peers]
+                else:
+                    out.append(a)
+            return out + ["--grace", "2"]
+
+        volumes = await self._volumes(name, spec, container)
+        process = ContainerProcess(pod, container, self.pod_ip(name), volumes,
+                                   os.path.join(self.base, "pods", name, "container.log"), rewrite=rewrite).start()
         port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
-        proc = self._spawn(name, args)
-        c = Container(name, ip, port, args, proc, starts=[proc.pid])
+        c = Container(name, process.ip, port, process)
         self.containers[name] = c
         self.history.append(("started", name))
         return c
-
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        assert args[0] == "serve"
-        log = open(os.path.join(self.base, "pods", name, "container.log"), "ab")
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
-        try:
-            return subprocess.Popen([sys.executable, "-m", "msgstore.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, cwd=ROOT)
-        finally:
-            log.close()
 
     async def _volumes(self, pod: str, spec: dict, container: dict) -> dict[str, str]:
         pod_dir = os.path.join(self.base, "pods", pod)
@@ -242,10 +216,7 @@ class Cluster:
 
     async def _stop(self, name: str) -> None:
         c = self.containers.pop(name)
-        if c.proc.poll() is None:
-            c.proc.send_signal(signal.SIGTERM)
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, c.proc.wait, 30)
+        await asyncio.to_thread(c.process.stop, 30)
         self.history.append(("stopped", name))
 
     async def _dns(self, sets: list[dict], pods: list[dict]) -> None:
@@ -264,4 +235,4 @@ class Cluster:
 
     def kill(self, pod: str) -> None:
         """SIGKILL a pod's store process (the kubelet restarts it)."""
-        self.containers[pod].proc.send_signal(signal.SIGKILL)
+        self.containers[pod].process.kill()
