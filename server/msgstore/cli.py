@@ -59,6 +59,16 @@ def _read_token(path: str | None, env: str | None) -> str | None:
     return read_token(path, env)
 
 
+def _token_source(path: str | None, env: str | None):
+    """A server's expected token: a file is followed as it changes (a rotated Secret)."""
+    from .api.auth import TokenSource
+
+    if path:
+        return TokenSource(path=path)
+    value = _read_token(None, env)
+    return TokenSource(value) if value else None
+
+
 def _client(args):
     from .client import Client
 
@@ -333,8 +343,8 @@ def cmd_serve(args) -> int:
     peers = [p for p in (args.peers or "").split(",") if p.strip()]
     options = ServerOptions(
         data_dir=args.data_dir, host=args.host, port=args.port, advertise=args.advertise, node_name=args.node_name,
-        settings=settings, admin_token=_read_token(args.admin_token_file, args.admin_token_env),
-        data_token=_read_token(args.token_file, None) if args.token_file else None,
+        settings=settings, admin_token=_token_source(args.admin_token_file, args.admin_token_env),
+        data_token=_token_source(args.token_file, None),
         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca, peers=peers,
         peers_dns=args.peers_dns, peers_file=args.peers_file, metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         metrics_host=args.metrics_host, grace_s=args.grace, lock_wait_s=args.lock_wait)

@@ -4,6 +4,7 @@ import fcntl
 import json
 import os
 import threading
+import time
 
 import grpc
 import pytest
@@ -117,6 +118,33 @@ def test_admin_token_is_enforced(servers, tmp_path):
         # the data plane is open unless a data token is configured
         assert pbg.MessageStoreStub(ch).ListTopics(pb.ListTopicsRequest()).topics == []
     assert Client(node.address, admin_token="s3cret-token").admin().config()["fileReservedTime"] == "72"
+
+
+def test_a_rotated_token_file_takes_effect_without_a_restart(servers, tmp_path):
+    """A Kubernetes Secret volume is rewritten in place when the Secret rotates; the server
+    follows the file (a half-written or emptied file keeps the last good token)."""
+    token_file = tmp_path / "admin-token"
+    token_file.write_text("first\n")
+    node = servers("rotating", args=["--admin-token-file", str(token_file)])
+    pid = node.proc.pid
+    assert Client(node.address, admin_token="first").admin().status()["state"] == "running"
+    tmp = tmp_path / "admin-token.new"
+    tmp.write_text("second\n")
+    os.replace(tmp, token_file)  # as the kubelet's atomic writer does
+
+    def accepts(token: str) -> bool:
+        try:
+            return Client(node.address, admin_token=token, timeout=3).admin().status()["state"] == "running"
+        except StoreError as e:
+            assert e.code == grpc.StatusCode.PERMISSION_DENIED
+            return False
+
+    wait_until(lambda: accepts("second"), 10, what="the rotated token")
+    assert not accepts("first")
+    token_file.write_text("")  # a moment mid-rotation: no token at all must not open the door
+    time.sleep(1.5)  # the file is looked at once a second: this is the scenario's "later"
+    assert accepts("second")
+    assert node.proc.pid == pid
 
 
 def test_optional_data_token(servers, tmp_path):

@@ -2,14 +2,22 @@
 
 Tokens are compared in constant time. A missing token is UNAUTHENTICATED, a wrong one
 PERMISSION_DENIED. Health and reflection are never guarded (probes must work without secrets).
+A token read from a file follows the file: a rotated Kubernetes Secret (which the kubelet
+rewrites in the mounted volume) takes effect without a restart.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import os
+import threading
+import time
 
 import grpc
+
+log = logging.getLogger(__name__)
+RECHECK_S = 1.0  # how often a token file is looked at for a change
 
 ADMIN_PREFIX = "/msgstore.v1.Admin/"
 DATA_PREFIX = "/msgstore.v1.MessageStore/"
@@ -26,6 +34,45 @@ def read_token(path: str | None, env: str | None) -> str | None:
     if env and os.environ.get(env):
         return os.environ[env].strip()
     return None
+
+
+class TokenSource:
+    """The token a server expects: fixed, or read from a file and re-read when it changes."""
+
+    def __init__(self, value: str | None = None, path: str | None = None):
+        self.path = path
+        self._value = value
+        self._stamp: tuple | None = None
+        self._checked = 0.0
+        self._lock = threading.Lock()
+        if path:
+            self._value = read_token(path, None)
+            self._stamp = self._stat()
+
+    @classmethod
+    def of(cls, value: "str | TokenSource | None") -> "TokenSource | None":
+        return value if isinstance(value, TokenSource) or value is None else cls(value)
+
+    def _stat(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def current(self) -> str:
+        if self.path and time.monotonic() - self._checked >= RECHECK_S:
+            with self._lock:
+                self._checked = time.monotonic()
+                stamp = self._stat()
+                if stamp is not None and stamp != self._stamp:
+                    try:
+                        self._value = read_token(self.path, None)
+                        self._stamp = stamp
+                        log.info("token file %s changed: the new token is in effect", self.path)
+                    except (OSError, ValueError) as e:  # mid-rotation: keep the last good token
+                        log.warning("token file %s unreadable (%s); keeping the previous token", self.path, e)
+        return self._value or ""
 
 
 def _presented(metadata) -> str | None:
@@ -49,19 +96,19 @@ def check(expected: str, metadata) -> tuple[grpc.StatusCode, str] | None:
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, admin_token: str | None, data_token: str | None = None):
-        self.admin_token = admin_token
-        self.data_token = data_token
+    def __init__(self, admin_token: "str | TokenSource | None", data_token: "str | TokenSource | None" = None):
+        self.admin_token = TokenSource.of(admin_token)
+        self.data_token = TokenSource.of(data_token)
 
     async def intercept_service(self, continuation, details):
         method = details.method
-        expected = None
+        source = None
         if method.startswith(ADMIN_PREFIX):
-            expected = self.admin_token
+            source = self.admin_token
         elif method.startswith(DATA_PREFIX):
-            expected = self.data_token
-        if expected is not None:
-            failure = check(expected, details.invocation_metadata)
+            source = self.data_token
+        if source is not None:
+            failure = check(source.current(), details.invocation_metadata)
             if failure is not None:
                 handler = await continuation(details)
                 return _deny(handler, *failure)

@@ -34,7 +34,7 @@ class PeerDirectory:
     dns_name: str | None = None  # host:port of a headless Service
     peers_file: str | None = None  # a file listing host:port lines, re-read when it changes
     channel_factory: object = None  # (address) -> grpc.aio.Channel
-    metadata: tuple = ()
+    metadata: object = None  # () -> call metadata (the data token, re-read when it rotates)
 
     def __post_init__(self) -> None:
         self._file_peers: list[str] = []
@@ -87,7 +87,7 @@ class PeerDirectory:
         stub = pbg.MessageStoreStub(self._channel(address))
         try:
             resp = await stub.GetRoute(pb.GetRouteRequest(topic=topic, local_only=True), timeout=PEER_TIMEOUT_S,
-                                       metadata=self.metadata or None)
+                                       metadata=(self.metadata() if self.metadata else ()) or None)
             node = resp.nodes[0] if resp.nodes else pb.NodeRoute(address=address, ready=False)
             node.address = node.address or address
         except grpc.aio.AioRpcError as e:

@@ -31,7 +31,7 @@ from ..store.config import ConfigError, parse_assignments
 from ..v1 import admin_pb2, msgstore_pb2
 from . import validation as v
 from .admin import ControlPlane
-from .auth import TokenInterceptor
+from .auth import TokenInterceptor, TokenSource
 from .longpoll import ArrivalWaiters
 from .metrics import Metrics
 from .route import PeerDirectory
@@ -55,8 +55,8 @@ class ServerOptions:
     advertise: str | None = None  # host:port that others use to reach this node
     node_name: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    admin_token: str | None = None
-    data_token: str | None = None
+    admin_token: "str | TokenSource | None" = None  # a TokenSource follows its file (Secret rotation)
+    data_token: "str | TokenSource | None" = None
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
@@ -242,7 +242,8 @@ class StoreServer:
         o = self.options
         loop = asyncio.get_running_loop()
         self.waiters = ArrivalWaiters(loop)
-        metadata = (("authorization", f"Bearer {o.data_token}"),) if o.data_token else ()
+        data_token = TokenSource.of(o.data_token)
+        metadata = (lambda: (("authorization", f"Bearer {data_token.current()}"),)) if data_token else (lambda: ())
         self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, o.peers_file,
                                    self._peer_channel, metadata)
         interceptors = [TokenInterceptor(o.admin_token, o.data_token)] if (o.admin_token or o.data_token) else []
