@@ -16,13 +16,24 @@ class RollStep:
     reason: str = ""
 
 
-def roll_step(pods: list[PodView], desired_hash: str, replicas: int) -> RollStep:
+def roll_step(pods: list[PodView], desired_hash: str, replicas: int, rolling: bool = False) -> RollStep:
     """One step of a rolling restart: highest ordinal first, one pod at a time, and only while
-    every other pod is Ready with its recovery finished."""
+    every other pod is Ready with its recovery finished. A roll under way (``rolling``) is done
+    only when the last restarted pod is back, Ready and recovered.
+
+    An outdated pod that is not Ready goes first, without waiting for it: it serves nothing
+    already, and it may never become Ready (a broken image the user has since reverted), so
+    waiting for it would wedge the roll that is meant to repair it."""
     current = {p.ordinal: p for p in pods if 0 <= p.ordinal < replicas}
     outdated = sorted((p for p in current.values() if p.restart_hash != desired_hash), key=lambda p: -p.ordinal)
-    if not outdated:
+    if not outdated and not rolling:
         return RollStep("done")
+    broken = [p for p in outdated if not p.ready and not p.deleting]
+    healthy_otherwise = all((p := current.get(o)) is not None and not p.deleting and (p in broken or (p.ready and p.recovered))
+                            for o in range(replicas))
+    if broken and healthy_otherwise:
+        return RollStep("delete", broken[0].name, f"replacing {broken[0].name} (outdated and not ready"
+                        + (f": {broken[0].pending}" if broken[0].pending else "") + ")")
     for ordinal in range(replicas - 1, -1, -1):
         p = current.get(ordinal)
         if p is None or p.deleting:
@@ -32,6 +43,8 @@ def roll_step(pods: list[PodView], desired_hash: str, replicas: int) -> RollStep
         if not p.recovered:
             state = p.recovery.get("mode", "?") + " recovery " + p.recovery.get("state", "unknown")
             return RollStep("wait", p.name, f"waiting for {p.name} to finish recovering ({state})")
+    if not outdated:
+        return RollStep("done")
     return RollStep("delete", outdated[0].name, f"restarting {outdated[0].name} (outdated)")
 
 
@@ -48,6 +61,11 @@ def scale_down_blocker(removed: list[PodView]) -> str | None:
         if held and not p.store.get("consumer_lag"):
             return f"{p.name} holds {held} messages and no consumer group has read them"
     return None
+
+
+def pending_pods(pods: list[PodView]) -> list[str]:
+    """Pods that do not run, each with the reason Kubernetes gives."""
+    return [f"{p.name}: {p.pending}" for p in sorted(pods, key=lambda p: p.ordinal) if p.pending and not p.deleting]
 
 
 def now() -> str:

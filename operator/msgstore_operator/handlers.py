@@ -1,8 +1,18 @@
-"""Kopf handlers: thin wrappers around :class:`Reconciler`.
+"""Kopf handlers: thin wrappers around :class:`Reconciler`, plus a periodic pass of our own.
 
-Create, update and resume reconcile at once and, while a roll or scale step is under way, ask
-Kopf to come back (``TemporaryError``); a timer keeps the per-pod figures fresh. One lock per
-MessageStore keeps a timer and a handler from reconciling the same object at the same time.
+Create, update and resume reconcile at once. Everything that needs coming back (per-pod
+figures, the next step of a roll or a scale-down) is the :class:`Observer`'s: a thread that
+lists the MessageStores and reconciles each every ``INTERVAL`` seconds, or every second while
+one has work in progress. It replaces a Kopf timer on purpose: Kopf puts a finalizer on every
+object that has a timer, and a finalizer whose operator is gone (``helm uninstall`` removes
+the operator together with the chart's store) leaves the object Terminating forever. Nothing
+here needs cleaning up on deletion (the owned objects go by garbage collection), so the
+operator sets no finalizer at all. One lock per MessageStore keeps a handler and the observer
+from reconciling the same object at the same time.
+
+Kopf keeps its bookkeeping under ``kopf.msgstore.io/``: Kopf ignores every annotation under
+the prefix it stores its own under, so with ``msgstore.io/`` the user's action annotations
+(``msgstore.io/restart`` ...) never reached the update handler.
 """
 
 from __future__ import annotations
@@ -10,6 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from typing import Any
 
 import kopf
 
@@ -17,8 +29,14 @@ from . import kube as kubemod
 from .reconcile import Outcome, Reconciler
 from .spec import GROUP, PLURAL, VERSION
 
+log = logging.getLogger(__name__)
+
 INTERVAL = float(os.environ.get("MSGSTORE_OPERATOR_INTERVAL", "10"))
+BUSY_INTERVAL = min(1.0, INTERVAL)  # while a roll or a scale step waits for pods
+POKE_DELAY = 0.2  # after a pod event
 RESOURCE = dict(group=GROUP, version=VERSION, plural=PLURAL)
+KOPF_PREFIX = "kopf.msgstore.io"
+FINALIZER = "msgstore.io/finalizer"  # Kopf's, should it ever need one (nothing here does)
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -28,38 +46,68 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.watching.server_timeout = int(os.environ.get("MSGSTORE_WATCH_TIMEOUT", "270"))
     settings.watching.client_timeout = settings.watching.server_timeout + 30
     settings.watching.connect_timeout = 30
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="msgstore.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="msgstore.io", key="last-handled")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX, key="last-handled")
+    settings.persistence.finalizer = FINALIZER
     settings.posting.level = logging.INFO
     settings.execution.max_workers = 8
     settings.scanning.disabled = True  # no cluster-wide CRD listing: the resource is known
     if getattr(memo, "kube", None) is None:
         memo.kube = kubemod.connect()
+    memo.observer = Observer(memo.kube, os.environ.get("WATCH_NAMESPACE") or None)
+    memo.observer.start()
 
 
-def _lock(body) -> threading.Lock:
-    key = f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+@kopf.on.cleanup()
+def stop_observer(memo: kopf.Memo, **_) -> None:
+    observer = getattr(memo, "observer", None)
+    if observer is not None:
+        observer.stop()
+
+
+def _key(meta: dict[str, Any]) -> str:
+    return f"{meta.get('namespace')}/{meta['name']}"
+
+
+def _lock(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
 
 
-def _reconcile(body, memo) -> Outcome:
-    """Under the object's lock: read it fresh, reconcile, write status and annotations. Kopf's
-    own ``patch`` would land after the lock is released, and the next pass (a timer beside an
-    update handler) would then build on a stale status."""
-    meta = body["metadata"]
-    with _lock(body):
-        kube: kubemod.Kube = memo.kube
+def status_patch(old: Any, new: Any) -> Any:
+    """A merge patch that turns ``old`` into ``new``: keys ``new`` dropped are set to null (a
+    plain merge patch never removes a key, so a finished roll's ``finished`` outlived it)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    out = {k: status_patch(old.get(k), v) for k, v in new.items()}
+    out.update({k: None for k in old if k not in new})
+    return out
+
+
+def reconcile_one(kube: kubemod.Kube, namespace: str | None, name: str) -> Outcome:
+    """Under the object's lock: read it fresh, reconcile, write status and annotations, post
+    Events. Reading fresh matters: a pass must never build on a status an earlier pass replaced."""
+    with _lock(f"{namespace}/{name}"):
         try:
-            fresh = kube.get("MessageStore", meta.get("namespace"), meta["name"])
+            fresh = kube.get("MessageStore", namespace, name)
         except kubemod.NotFound:
             return Outcome({})
+        if fresh["metadata"].get("deletionTimestamp"):
+            return Outcome({})
         out = Reconciler(kube).reconcile(fresh)
-        kube.patch("MessageStore", meta.get("namespace"), meta["name"], {"status": out.status}, sub="status")
+        kube.patch("MessageStore", namespace, name, {"status": status_patch(fresh.get("status") or {}, out.status)}, sub="status")
+        meta: dict[str, Any] = {}
         if out.annotations:
-            kube.patch("MessageStore", meta.get("namespace"), meta["name"], {"metadata": {"annotations": out.annotations}})
+            meta["annotations"] = out.annotations
+        if out.finalizers is not None:
+            meta.update(finalizers=out.finalizers, resourceVersion=fresh["metadata"].get("resourceVersion"))
+        if meta:
+            kube.patch("MessageStore", namespace, name, {"metadata": meta})
     for etype, reason, message in out.events:
-        kopf.event(body, type=etype, reason=reason, message=message)
+        try:
+            kube.event(fresh, etype, reason, message)
+        except Exception as e:  # an Event is worth a log line, not a failed pass
+            log.warning("could not post event %s: %s", reason, e)
     return out
 
 
@@ -67,11 +115,79 @@ def _reconcile(body, memo) -> Outcome:
 @kopf.on.create(**RESOURCE)
 @kopf.on.update(**RESOURCE)
 def reconcile(body, memo, **_) -> None:
-    out = _reconcile(body, memo)
-    if out.waiting:
-        raise kopf.TemporaryError(out.waiting, delay=INTERVAL)
+    meta = body["metadata"]
+    out = reconcile_one(memo.kube, meta.get("namespace"), meta["name"])
+    observer = getattr(memo, "observer", None)
+    if observer is not None:
+        observer.track(_key(meta), busy=out.waiting is not None)
 
 
-@kopf.timer(**RESOURCE, interval=INTERVAL, initial_delay=INTERVAL)
-def observe(body, memo, **_) -> None:
-    _reconcile(body, memo)
+@kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": "msgstore-operator"})
+def pod_changed(body, memo, **_) -> None:
+    """A store pod changed (started, became Ready, died): look at its store soon, instead of
+    at the next periodic pass (a roll's next step, an abnormal recovery to report)."""
+    meta = body.get("metadata", {})
+    instance = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
+    observer = getattr(memo, "observer", None)
+    if instance and observer is not None:
+        observer.poke(f"{meta.get('namespace')}/{instance}")
+
+
+class Observer:
+    """Reconciles every MessageStore periodically, and the busy ones every second."""
+
+    def __init__(self, kube: kubemod.Kube, namespace: str | None):
+        self.kube = kube
+        self.namespace = namespace
+        self._due: dict[str, float] = {}  # key -> monotonic time of its next pass
+        self._due_lock = threading.Lock()  # Kopf's threads poke, the observer's thread reads
+        self._listed = 0.0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="msgstore-observer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(30)
+
+    def track(self, key: str, busy: bool) -> None:
+        with self._due_lock:
+            self._due[key] = time.monotonic() + (BUSY_INTERVAL if busy else INTERVAL)
+
+    def poke(self, key: str) -> None:
+        """Reconcile ``key`` shortly (a burst of pod events makes one pass)."""
+        with self._due_lock:
+            self._due[key] = min(self._due.get(key, float("inf")), time.monotonic() + POKE_DELAY)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(min(0.2, BUSY_INTERVAL)):
+            try:
+                self._cycle()
+            except Exception:
+                log.exception("observer pass failed")
+                self._stopped.wait(BUSY_INTERVAL)
+
+    def _cycle(self) -> None:
+        now = time.monotonic()
+        if now - self._listed >= INTERVAL:
+            self._listed = now
+            keys = {_key(s["metadata"]) for s in self.kube.list("MessageStore", self.namespace)}
+            with self._due_lock:
+                for key in keys:
+                    self._due.setdefault(key, now)
+                for key in [k for k in self._due if k not in keys]:
+                    del self._due[key]
+        with self._due_lock:
+            due = sorted(self._due.items(), key=lambda kv: kv[1])
+        for key, when in due:
+            if self._stopped.is_set() or when > time.monotonic():
+                continue
+            namespace, name = key.split("/", 1)
+            try:
+                out = reconcile_one(self.kube, namespace, name)
+                self.track(key, busy=out.waiting is not None)
+            except Exception:
+                log.exception("reconciling %s failed; retrying in %.0f s", key, INTERVAL)
+                self.track(key, busy=False)

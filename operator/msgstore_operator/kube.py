@@ -7,6 +7,7 @@ JSON dicts (no generated models) and patches are JSON merge patches.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 from typing import Any
@@ -18,25 +19,34 @@ log = logging.getLogger(__name__)
 
 # (group, resource, verb) of every call below; "" is the core group
 VERBS: frozenset[tuple[str, str, str]] = frozenset({
-    ("msgstore.io", "messagestores", "get"), ("msgstore.io", "messagestores", "patch"),
-    ("msgstore.io", "messagestores/status", "patch"),
+    ("msgstore.io", "messagestores", "get"), ("msgstore.io", "messagestores", "list"),
+    ("msgstore.io", "messagestores", "patch"), ("msgstore.io", "messagestores/status", "patch"),
     ("apps", "statefulsets", "get"), ("apps", "statefulsets", "create"), ("apps", "statefulsets", "patch"),
+    ("apps", "statefulsets", "delete"),
     ("", "services", "get"), ("", "services", "create"), ("", "services", "patch"),
     ("", "configmaps", "get"), ("", "configmaps", "create"), ("", "configmaps", "patch"),
     ("policy", "poddisruptionbudgets", "get"), ("policy", "poddisruptionbudgets", "create"),
     ("policy", "poddisruptionbudgets", "patch"),
     ("", "pods", "list"), ("", "pods", "delete"),
+    ("", "persistentvolumeclaims", "list"), ("", "persistentvolumeclaims", "patch"),
     ("", "secrets", "get"),
+    ("", "events", "create"), ("", "events", "list"),
 })
-# what Kopf itself needs for watching, its progress annotations and posting events
+# what Kopf itself needs: watching (and its progress annotations, under messagestores patch)
 KOPF_VERBS: frozenset[tuple[str, str, str]] = frozenset({
     ("msgstore.io", "messagestores", "list"), ("msgstore.io", "messagestores", "watch"),
-    ("", "events", "create"),
+    ("", "pods", "list"), ("", "pods", "watch"),
+})
+# what the API server's admission asks of us without a call of our own: owner references with
+# blockOwnerDeletion need permission to set finalizers on the owner (OwnerReferencesPermissionEnforcement)
+ADMISSION_VERBS: frozenset[tuple[str, str, str]] = frozenset({
+    ("msgstore.io", "messagestores/finalizers", "update"),
 })
 
 PLURALS = {"ConfigMap": ("", "v1", "configmaps"), "Service": ("", "v1", "services"),
            "StatefulSet": ("apps", "v1", "statefulsets"), "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
-           "Pod": ("", "v1", "pods"), "Secret": ("", "v1", "secrets"),
+           "Pod": ("", "v1", "pods"), "Secret": ("", "v1", "secrets"), "Event": ("", "v1", "events"),
+           "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
            "MessageStore": ("msgstore.io", "v1alpha1", "messagestores")}
 
 
@@ -44,9 +54,17 @@ class NotFound(Exception):
     pass
 
 
-def _path(group: str, version: str, plural: str, namespace: str, name: str | None = None, sub: str | None = None) -> str:
+class ApiError(ApiException):
+    """A refused call, with the API server's own message (``message``) for conditions and Events."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(status=status, reason=reason)
+        self.message = message
+
+
+def _path(group: str, version: str, plural: str, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
     base = f"/api/{version}" if group == "" else f"/apis/{group}/{version}"
-    path = f"{base}/namespaces/{namespace}/{plural}"
+    path = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
     if name:
         path += f"/{name}"
     if sub:
@@ -73,7 +91,11 @@ class Kube:
         if resp.status == 404:
             raise NotFound(path)
         if resp.status >= 400:
-            raise ApiException(status=resp.status, reason=f"{method} {path}: {data[:500]!r}")
+            try:
+                message = json.loads(data).get("message", "")
+            except (ValueError, AttributeError):
+                message = data[:500].decode(errors="replace") if isinstance(data, bytes) else str(data)[:500]
+            raise ApiError(resp.status, f"{method} {path}: {data[:500]!r}", message)
         return json.loads(data) if data else {}
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
@@ -95,19 +117,39 @@ class Kube:
         return self._call("patch", kind, "PATCH", _path(g, v, p, namespace, name, sub), body=patch,
                           content_type="application/merge-patch+json", sub=sub)
 
-    def list(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    def list(self, kind: str, namespace: str | None, labels: dict[str, str] | None = None,
+             fields: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Objects of a kind in a namespace (every namespace with None), by labels and fields."""
         g, v, p = PLURALS[kind]
-        selector = ",".join(f"{k}={val}" for k, val in sorted(labels.items()))
-        items = self._call("list", kind, "GET", _path(g, v, p, namespace), query=[("labelSelector", selector)]).get("items", [])
+        query = []
+        if labels:
+            query.append(("labelSelector", ",".join(f"{k}={val}" for k, val in sorted(labels.items()))))
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={val}" for k, val in sorted(fields.items()))))
+        items = self._call("list", kind, "GET", _path(g, v, p, namespace), query=query).get("items", [])
         # filter here too: a selector-ignorant API (an emulator) must not make us act on strangers
-        return [i for i in items if all((i.get("metadata", {}).get("labels") or {}).get(k) == val for k, val in labels.items())]
+        return [i for i in items if all((i.get("metadata", {}).get("labels") or {}).get(k) == val
+                                        for k, val in (labels or {}).items())]
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, orphan: bool = False) -> None:
+        """Delete; ``orphan`` leaves what the object owns in place (a StatefulSet's pods)."""
         g, v, p = PLURALS[kind]
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"} if orphan else None
         try:
-            self._call("delete", kind, "DELETE", _path(g, v, p, namespace, name))
+            self._call("delete", kind, "DELETE", _path(g, v, p, namespace, name), body=body)
         except NotFound:
             pass
+
+    def event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about ``obj`` (from any thread, unlike ``kopf.event``)."""
+        meta = obj["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.create({"apiVersion": "v1", "kind": "Event",
+                     "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+                     "involvedObject": {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""), "name": meta["name"],
+                                        "namespace": meta.get("namespace", "default"), "uid": meta.get("uid", "")},
+                     "type": etype, "reason": reason, "message": message[:1024], "source": {"component": "msgstore-operator"},
+                     "reportingComponent": "msgstore-operator", "firstTimestamp": now, "lastTimestamp": now, "count": 1})
 
 
 def connect(host: str | None = None, token: str | None = None, verify_ssl: bool = True) -> Kube:

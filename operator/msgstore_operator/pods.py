@@ -3,17 +3,38 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from msgstore.client import AdminClient, Client, StoreError
 
-from .kube import Kube
+from .kube import Kube, NotFound
 from .spec import RESTART_HASH, Spec
 
 log = logging.getLogger(__name__)
 ADMIN_TIMEOUT_S = 3.0
+PENDING_GRACE_S = 15.0  # a new pod waits for its volume and the scheduler a moment: not worth reporting
+PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff")
+REFUSED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+
+# The last admin token each store's pods accepted. When the Secret rotates, pods pick the new
+# token up only once the kubelet has rewritten their volume; meanwhile they are asked with the
+# one they still hold (kept in memory only: a token never goes into status or annotations).
+_accepted: dict[tuple[str, str], str] = {}
+_accepted_lock = threading.Lock()
+
+
+class ReferenceMissing(Exception):
+    """A Secret (or a key of it) the spec names does not exist."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -24,8 +45,11 @@ class PodView:
     ready: bool
     deleting: bool
     restart_hash: str
+    phase: str = ""
+    pending: str = ""  # why the pod does not run: the scheduler's or the kubelet's words
     store: dict[str, Any] | None = None  # Admin.GetStatus as a dict; None when unreachable
     error: str = ""
+    token: str | None = None  # the admin token this pod accepted
 
     @property
     def address(self) -> str | None:
@@ -40,31 +64,79 @@ class PodView:
         """Serving, with its recovery finished (normal or not)."""
         return bool(self.store) and self.store.get("state") == "running" and self.recovery.get("state") == "done"
 
+    @property
+    def token_refused(self) -> bool:
+        return self.error.startswith(tuple(c.name for c in REFUSED))
+
 
 def ordinal_of(name: str) -> int:
     tail = name.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def _condition(pod: dict[str, Any], ctype: str) -> dict[str, Any]:
     for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
+        if c.get("type") == ctype:
+            return c
+    return {}
+
+
+def _age_s(meta: dict[str, Any]) -> float:
+    try:
+        created = datetime.datetime.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except (KeyError, ValueError):
+        return float("inf")
+    return (datetime.datetime.now(datetime.timezone.utc) - created).total_seconds()
+
+
+def _pending_reason(pod: dict[str, Any]) -> str:
+    """Why a pod is not running, in the words of whoever knows: the scheduler (unschedulable),
+    or the kubelet (an image that cannot be pulled, a volume that cannot be mounted). Image
+    errors are reported at once; the rest only once the pod has waited past a short grace."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_ERRORS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip()
+    if _age_s(pod.get("metadata", {})) < PENDING_GRACE_S:
+        return ""
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False":
+        return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".strip()
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("message"):
+            return f"{waiting.get('reason')}: {waiting['message']}"
+    return ""
+
+
+def _ours(pod: dict[str, Any], spec: Spec) -> bool:
+    """A pod of this store's StatefulSet: named ``<store>-<ordinal>`` and controlled by it (or
+    by nothing, while the StatefulSet is recreated and the pods wait to be adopted)."""
+    meta = pod.get("metadata", {})
+    if not meta.get("name", "").startswith(spec.name + "-") or ordinal_of(meta["name"]) < 0:
+        return False
+    controllers = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    return all(o.get("kind") == "StatefulSet" and o.get("name") == spec.name for o in controllers)
 
 
 def admin_token(kube: Kube, spec: Spec) -> str | None:
+    """The token the spec's Secret holds; :class:`ReferenceMissing` when it cannot be read."""
     if not spec.admin_secret:
         return None
-    secret = kube.get("Secret", spec.namespace, spec.admin_secret["name"])
-    raw = (secret.get("data") or {}).get(spec.admin_secret.get("key", "token"))
+    name, key = spec.admin_secret["name"], spec.admin_secret.get("key", "token")
+    try:
+        secret = kube.get("Secret", spec.namespace, name)
+    except NotFound:
+        raise ReferenceMissing("SecretNotFound", f"Secret {name} (spec.adminTokenSecret) does not exist in "
+                               f"namespace {spec.namespace}") from None
+    raw = (secret.get("data") or {}).get(key)
     if raw is None:
-        raise ValueError(f"secret {spec.admin_secret['name']} has no key {spec.admin_secret.get('key', 'token')!r}")
+        raise ReferenceMissing("SecretKeyNotFound", f"Secret {name} has no key {key!r} (spec.adminTokenSecret.key)")
     return base64.b64decode(raw).decode().strip()
 
 
 def admin_client(spec: Spec, pod: PodView, token: str | None) -> Client:
-    return Client(f"{pod.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S)
+    return Client(f"{pod.ip}:{spec.port}", admin_token=pod.token if pod.token is not None else token, timeout=ADMIN_TIMEOUT_S)
 
 
 def admin_of(client: Client, spec: Spec, pod: PodView) -> AdminClient:
@@ -72,19 +144,44 @@ def admin_of(client: Client, spec: Spec, pod: PodView) -> AdminClient:
     return AdminClient(client, f"{pod.ip}:{spec.port}")
 
 
-def observe(kube: Kube, spec: Spec, token: str | None) -> list[PodView]:
-    """Every pod of the store, highest ordinal first, with its store status where reachable."""
+def _status(spec: Spec, view: PodView, token: str | None) -> dict[str, Any]:
+    with Client(f"{view.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S) as c:
+        return admin_of(c, spec, view).status()
+
+
+def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -> list[PodView]:
+    """Every pod of the store, highest ordinal first, with its store status where reachable.
+
+    A pod that refuses the current admin token is asked with the token it accepted last (a
+    Secret rotation the pod has not seen yet); ``reachable=False`` skips the admin calls."""
+    key = (spec.namespace, spec.name)
+    with _accepted_lock:
+        previous = _accepted.get(key)
+    candidates = [t for t in dict.fromkeys([token, previous]) if t is not None] or [None]
     views = []
-    for pod in kube.list("Pod", spec.namespace, spec.selector):
-        meta = pod.get("metadata", {})
-        view = PodView(name=meta["name"], ordinal=ordinal_of(meta["name"]), ip=(pod.get("status") or {}).get("podIP"),
-                       ready=_ready(pod), deleting=bool(meta.get("deletionTimestamp")),
-                       restart_hash=(meta.get("annotations") or {}).get(RESTART_HASH, ""))
-        if view.ip and not view.deleting:
-            try:
-                with admin_client(spec, view, token) as c:
-                    view.store = admin_of(c, spec, view).status()
-            except StoreError as e:
-                view.error = f"{e.code.name}: {e.details}"
+    for pod in kube.list("Pod", spec.namespace, spec.store_labels):
+        if not _ours(pod, spec):
+            continue
+        meta, status = pod.get("metadata", {}), pod.get("status") or {}
+        view = PodView(name=meta["name"], ordinal=ordinal_of(meta["name"]), ip=status.get("podIP"),
+                       ready=_condition(pod, "Ready").get("status") == "True", deleting=bool(meta.get("deletionTimestamp")),
+                       restart_hash=(meta.get("annotations") or {}).get(RESTART_HASH, ""), phase=status.get("phase", ""),
+                       pending=_pending_reason(pod))
+        if view.ip and not view.deleting and reachable:
+            for candidate in candidates:
+                try:
+                    view.store = _status(spec, view, candidate)
+                    view.token, view.error = candidate, ""
+                    break
+                except StoreError as e:
+                    view.error = f"{e.code.name}: {e.details}"
+                    if e.code not in REFUSED:
+                        break
         views.append(view)
+    accepted = [v.token for v in views if v.store is not None and v.token is not None]
+    with _accepted_lock:
+        if token is not None and token in accepted:
+            _accepted[key] = token
+        elif accepted and key not in _accepted:
+            _accepted[key] = accepted[0]
     return sorted(views, key=lambda v: v.ordinal, reverse=True)

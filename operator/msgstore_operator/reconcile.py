@@ -15,11 +15,17 @@ from msgstore.client import StoreError
 from msgstore.store.config import HOT_KEYS, StoreConfig
 
 from . import decide, render
-from .kube import Kube
-from .pods import PodView, admin_client, admin_of, admin_token, observe
-from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse
+from .kube import ApiError, Kube
+from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, observe
+from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
 
 log = logging.getLogger(__name__)
+
+# What Kopf kept under msgstore.io/ before its bookkeeping moved to kopf.msgstore.io/ (see
+# handlers): left behind, the marker would keep hiding our own annotations from Kopf.
+LEGACY_ANNOTATIONS = ("msgstore.io/kopf-managed", "msgstore.io/last-handled", "msgstore.io/reconcile",
+                      "msgstore.io/observe")
+LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker", "msgstore.io/finalizer")
 
 # where a live object's fields may be changed (the rest is immutable or owned by the cluster)
 MUTABLE = {
@@ -37,6 +43,7 @@ class Outcome:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     waiting: str | None = None  # a reason to come back soon (a roll or scale step in progress)
     patched: list[str] = field(default_factory=list)  # objects created or changed (idempotency checks)
+    finalizers: list[str] | None = None  # the object's finalizers to set (None = leave them)
 
 
 def contains(actual: Any, desired: Any) -> bool:
@@ -76,6 +83,7 @@ def _merge(a: dict, b: dict) -> dict:
 class Reconciler:
     def __init__(self, kube: Kube):
         self.kube = kube
+        self._pending_claims: list[str] = []  # claims that keep pods from starting, with Kubernetes' reason
 
     # ------------------------------------------------------------------ objects
 
@@ -86,6 +94,14 @@ class Reconciler:
         if live is None:
             outcome.patched.append(f"create {kind}/{meta['name']}")
             return self.kube.create(obj)
+        if kind == "StatefulSet" and _claim_size(obj) > _claim_size(live):
+            # volumeClaimTemplates are immutable: replace the StatefulSet, leaving its pods in
+            # place (they are adopted by the new one), so pods created later get the new size
+            if not live["metadata"].get("deletionTimestamp"):
+                self.kube.delete(kind, meta["namespace"], meta["name"], orphan=True)
+                outcome.patched.append(f"recreate {kind}/{meta['name']}")
+            outcome.waiting = outcome.waiting or f"recreating StatefulSet {meta['name']} for the new volume size"
+            return live
         patch: dict = {}
         if not contains(live.get("metadata", {}).get("labels", {}), meta.get("labels", {})):
             patch["metadata"] = {"labels": meta["labels"]}
@@ -107,6 +123,7 @@ class Reconciler:
         conditions = [dict(c) for c in status.get("conditions", [])]
         status["conditions"] = conditions
         out = Outcome(status)
+        self._forget_legacy(meta, out)
         if str(annotations.get(PAUSE, "")).lower() == "true":
             if decide.set_condition(conditions, "ReconciliationPaused", True, "Annotated", f"{PAUSE}=true"):
                 out.events.append(("Normal", "ReconciliationPaused", "reconciliation paused by annotation"))
@@ -122,19 +139,47 @@ class Reconciler:
             return out
         decide.set_condition(conditions, "ConfigInvalid", False, "Valid")
 
-        token = admin_token(self.kube, spec)
-        pods = observe(self.kube, spec, token)
+        missing = None
+        try:
+            token = admin_token(self.kube, spec)
+        except ReferenceMissing as e:
+            token, missing = None, e
+        self._report(conditions, out, "ReferenceMissing", missing.reason if missing else "", str(missing or ""),
+                     ok_reason="AllFound")
+        pods = observe(self.kube, spec, token, reachable=missing is None)
         nonce = self._restart_nonce(annotations, status, out)
         replicas = self._replicas(spec, pods, annotations, conditions, out)
         for obj in render.all_objects(spec, replicas, nonce):
             self.apply(obj, out)
+        self._volumes(spec, replicas, conditions, out)
         desired_hash = render.restart_hash(spec, nonce)
 
         self._push_hot_config(spec, pods, token, out)
         self._manual_delete(spec, pods, token, annotations, status, out)
         self._roll(spec, pods, desired_hash, replicas, status, out)
         self._status(spec, pods, desired_hash, replicas, meta, conditions, status, out)
+        if missing is not None:
+            decide.set_condition(conditions, "Ready", False, missing.reason, str(missing))
         return out
+
+    def _forget_legacy(self, meta: dict, out: Outcome) -> None:
+        """Drop what an earlier operator version kept on the object (Kopf's bookkeeping under
+        msgstore.io/, and the finalizer its timer needed), so nothing blocks a deletion later."""
+        for key in LEGACY_ANNOTATIONS:
+            if key in (meta.get("annotations") or {}):
+                out.annotations[key] = None
+        finalizers = list(meta.get("finalizers") or [])
+        kept = [f for f in finalizers if f not in LEGACY_FINALIZERS]
+        if kept != finalizers:
+            out.finalizers = kept
+
+    def _report(self, conditions: list, out: Outcome, ctype: str, reason: str, message: str, ok_reason: str) -> None:
+        """A problem condition (status True while ``message`` says what is wrong), with a
+        Warning Event when it starts or its message changes."""
+        was = decide.condition(conditions, ctype) or {}
+        changed = decide.set_condition(conditions, ctype, bool(message), reason if message else ok_reason, message)
+        if message and (changed or was.get("message") != message):
+            out.events.append(("Warning", reason, message))
 
     def _restart_nonce(self, annotations: dict, status: dict, out: Outcome) -> str:
         """A restart request is taken into the status (which the restart hash uses) and the
@@ -158,11 +203,40 @@ class Reconciler:
         if blocker and str(annotations.get(FORCE_SCALE_DOWN, "")).lower() != "true":
             if decide.set_condition(conditions, "ScaleDownBlocked", True, "UnconsumedMessages", blocker):
                 out.events.append(("Warning", "ScaleDownBlocked", blocker))
+            out.waiting = out.waiting or f"scale-down blocked: {blocker}"  # consumption shows in no Kubernetes event
             return current
         decide.set_condition(conditions, "ScaleDownBlocked", False, "Allowed" if not blocker else "Forced", blocker or "")
         out.events.append(("Normal", "ScaledDown", f"scaling from {current} to {spec.replicas} nodes"
                            + (f" (forced: {blocker})" if blocker else "")))
         return spec.replicas
+
+    def _volumes(self, spec: Spec, replicas: int, conditions: list, out: Outcome) -> None:
+        """Grow every pod's volume to ``spec.storage.size`` (a claim can grow, never shrink), as
+        Strimzi does; what the StorageClass refuses is reported with the API server's words."""
+        want = quantity(spec.storage_size)
+        problems = []
+        self._pending_claims = []
+        for pvc in self.kube.list("PersistentVolumeClaim", spec.namespace, spec.store_labels):
+            name = pvc["metadata"]["name"]
+            if not name.startswith(f"data-{spec.name}-") or not name.rsplit("-", 1)[-1].isdigit():
+                continue
+            if (pvc.get("status") or {}).get("phase") == "Pending":
+                warning = _last_warning(self.kube, spec.namespace, name)
+                if warning:  # a claim merely being provisioned is not news
+                    self._pending_claims.append(f"{name}: Pending{warning}")
+            have_text = pvc["spec"]["resources"]["requests"]["storage"]
+            have = quantity(have_text)
+            if want > have:
+                try:
+                    self.kube.patch("PersistentVolumeClaim", spec.namespace, name,
+                                    {"spec": {"resources": {"requests": {"storage": spec.storage_size}}}})
+                    out.patched.append(f"expand PersistentVolumeClaim/{name}")
+                    out.events.append(("Normal", "VolumeExpanding", f"{name}: {have_text} → {spec.storage_size}"))
+                except ApiError as e:
+                    problems.append(f"{name}: {e.message or e.reason}")
+            elif want < have:
+                problems.append(f"{name} holds {have_text}: a volume cannot shrink (spec.storage.size is {spec.storage_size})")
+        self._report(conditions, out, "StorageResizeBlocked", "VolumeResizeRefused", "; ".join(problems), ok_reason="VolumesMatchSpec")
 
     def _push_hot_config(self, spec: Spec, pods: list[PodView], token: str | None, out: Outcome) -> None:
         """Hot settings go to every pod's admin API (no restart). Keys removed from the spec go
@@ -214,8 +288,8 @@ class Reconciler:
                            + (f"; failed on {', '.join(failed)}" if failed else "")))
 
     def _roll(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, status: dict, out: Outcome) -> None:
-        step = decide.roll_step(pods, desired_hash, replicas)
         roll = dict(status.get("lastRoll") or {})
+        step = decide.roll_step(pods, desired_hash, replicas, rolling=roll.get("state") == "running")
         if step.action == "done":
             if roll.get("state") == "running":
                 roll.update(state="done", finished=decide.now(), message="every pod is up to date")
@@ -236,9 +310,16 @@ class Reconciler:
     def _status(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, meta: dict, conditions: list,
                 status: dict, out: Outcome) -> None:
         status["observedGeneration"] = meta.get("generation")
-        status["replicas"] = replicas
+        status["replicas"] = len(pods)  # what exists (the scale subresource's status)
+        status["selector"] = spec.selector_text
         status["pods"] = [decide.pod_figures(p, desired_hash) for p in sorted(pods, key=lambda p: p.ordinal)]
         mine = [p for p in pods if p.ordinal < replicas]
+        pending = decide.pending_pods(pods) + self._pending_claims
+        self._report(conditions, out, "PodsPending", "PodsNotRunning", "; ".join(pending), ok_reason="AllRunning")
+        refused = [p.name for p in pods if p.token_refused]
+        self._report(conditions, out, "AdminTokenRejected", "AdminTokenRejected",
+                     f"{', '.join(refused)} refuse the admin token of Secret {(spec.admin_secret or {}).get('name')} "
+                     "(and the one they accepted before)" if refused else "", ok_reason="Accepted")
         status["readyReplicas"] = sum(1 for p in mine if p.ready and p.recovered)
         usages = [f["diskUsagePercent"] for f in status["pods"] if f.get("diskUsagePercent", -1) >= 0]
         status["diskUsagePercent"] = max(usages) if usages else 0
@@ -274,4 +355,24 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _claim_size(sts: dict[str, Any]) -> int:
+    for claim in sts.get("spec", {}).get("volumeClaimTemplates") or []:
+        if claim.get("metadata", {}).get("name") == "data":
+            return quantity(claim["spec"]["resources"]["requests"]["storage"])
+    return 0
+
+
+def _last_warning(kube: Kube, namespace: str, name: str) -> str:
+    """The newest Warning Event about an object, as ``: reason: message`` ('' when none)."""
+    try:
+        events = kube.list("Event", namespace, fields={"involvedObject.name": name})
+    except ApiError:
+        return ""
+    warnings = [e for e in events if e.get("type") == "Warning"]
+    if not warnings:
+        return ""
+    e = max(warnings, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return f": {e.get('reason', '')}: {e.get('message', '')}"
 

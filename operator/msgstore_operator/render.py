@@ -90,6 +90,7 @@ def pod_template(spec: Spec) -> dict[str, Any]:
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # a store never calls the Kubernetes API
         "containers": [container],
         "volumes": volumes,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -87,12 +88,25 @@ class Spec:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {"app.kubernetes.io/name": "msgstore", "app.kubernetes.io/instance": self.name,
-                "app.kubernetes.io/managed-by": "msgstore-operator"}
+        return {**self.selector, "app.kubernetes.io/managed-by": "msgstore-operator"}
 
     @property
     def selector(self) -> dict[str, str]:
+        """The store's pods, and nothing else: the chart labels its operator and test pods with
+        the same name and instance (a store named after its Helm release), so the component
+        tells them apart."""
+        return {**self.store_labels, "app.kubernetes.io/component": "store"}
+
+    @property
+    def store_labels(self) -> dict[str, str]:
+        """What every object of this store carries, including PVCs and pods made before the
+        component label existed (a StatefulSet's selector cannot change)."""
         return {"app.kubernetes.io/name": "msgstore", "app.kubernetes.io/instance": self.name}
+
+    @property
+    def selector_text(self) -> str:
+        """The selector as a string (the scale subresource's ``status.selector``)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.selector.items()))
 
     @property
     def headless(self) -> str:
@@ -143,6 +157,18 @@ def parse(body: Mapping[str, Any]) -> Spec:
         retention=dict(storage.get("retentionPolicy") or {}), placement=dict(spec.get("placement") or {}),
         store=store, admin_secret=spec.get("adminTokenSecret"), max_unavailable=int(pdb.get("maxUnavailable", 1)),
         annotations=dict(meta.get("annotations") or {}))
+
+
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "k": 10**3, "M": 10**6, "G": 10**9,
+          "T": 10**12, "P": 10**15, "": 1}
+
+
+def quantity(text: str) -> int:
+    """A storage quantity (``10Gi``, ``500M``, ``1.5Ti``) in bytes."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?", str(text).strip())
+    if not m:
+        raise ValueError(f"not a storage quantity: {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
 
 
 def digest(value: Any) -> str:

@@ -34,6 +34,7 @@ RESOURCES = {
     "v1/services": dict(kind="Service", namespaced=True),
     "v1/configmaps": dict(kind="ConfigMap", namespaced=True),
     "v1/secrets": dict(kind="Secret", namespaced=True),
+    "v1/persistentvolumeclaims": dict(kind="PersistentVolumeClaim", namespaced=True, subresources=["status"]),
     "apps/v1/statefulsets": dict(kind="StatefulSet", namespaced=True, subresources=["status"]),
     "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
 }
