@@ -7,8 +7,15 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed
 DATA   ?= ./data
+IMAGE  ?= msgstore:dev
 
-.PHONY: run test bench soak install proto deploy clean
+# the end-to-end suite's Kubernetes control plane (tests/e2e/plane.py): the binaries beside this
+# checkout when they are there; set MSGSTORE_K8S_ASSETS to use others
+ifneq ($(wildcard ../shared/k8s/bin/kube-apiserver*),)
+export MSGSTORE_K8S_ASSETS ?= $(abspath ../shared/k8s/bin)
+endif
+
+.PHONY: run test test-tools bench soak install proto deploy image clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +29,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/msgstore serve --data-dir $(DATA)
 
-test: $(STAMP)
+test: $(STAMP) test-tools
 	$(PY) -m pytest -q
+
+# podman, runc and mmdebstrap for the image test (Debian's packages; only as root, else skipped)
+test-tools:
+	@scripts/install_test_tools.sh
 
 bench: $(STAMP)
 	$(PY) -m tests.bench.run
@@ -38,6 +49,10 @@ proto: $(STAMP)
 # plain manifests in deploy/ rendered from charts/msgstore
 deploy: $(STAMP)
 	$(PY) scripts/render_deploy.py
+
+# deploy/Dockerfile's image, without a Docker engine (podman + runc); ENGINE=docker BASE=... also work
+image: $(STAMP)
+	PYTHON=$(PY) IMAGE=$(IMAGE) scripts/build_image.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info server/msgstore/store/_native.c server/msgstore/store/*.so

@@ -1,0 +1,456 @@
+"""The chart and the operator on a real control plane, driven as a platform engineer would:
+``helm install``, ``kubectl apply`` / ``annotate`` / ``scale`` / ``delete``, ``helm test`` and
+``helm uninstall``. The operator runs as its pod (the chart's ServiceAccount and RBAC, with a
+projected token), store pods run as ``msgstore serve`` processes (see ``kubelet.py``).
+
+The tests of this module share one release and build on each other in order (a 3-node store is
+created once); each says what it checks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import yaml
+
+from msgstore.client import Client, OutMessage, StoreError
+
+from .conftest import CHART, GROUP_PATH, K8s, namespace
+
+pytestmark = pytest.mark.e2e
+
+NS = "apps"
+RELEASE = "msgstore"
+RELEASE_NS = "msgstore"
+# small files: segments roll after a few hundred messages, and nothing preallocates a gigabyte
+SMALL = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 4000,
+         "extra": {"maxHashSlotNum": "1024", "maxIndexNum": "4096"}}
+SMALL_VALUES = ["--set", "store.config.mappedFileSizeCommitLog=262144", "--set", "store.config.mappedFileSizeConsumeQueue=20000",
+                "--set-string", "store.extraConfig.maxHashSlotNum=1024", "--set-string", "store.extraConfig.maxIndexNum=4096",
+                "--set", "store.persistence.size=1Gi"]
+# the periodic pass is slow on purpose: what happens within seconds is the event handlers' doing
+INTERVAL = 30
+
+
+def store_doc(name: str, ns: str = NS, **spec) -> dict:
+    return {"apiVersion": "msgstore.io/v1alpha1", "kind": "MessageStore", "metadata": {"name": name, "namespace": ns},
+            "spec": {"storage": {"size": "1Gi"}, "store": dict(SMALL), **spec}}
+
+
+def client(k8s: K8s, ns: str, pod: str, **kw) -> Client:
+    return Client(k8s.address(ns, pod), timeout=10, **kw)
+
+
+def pod_figures(k8s: K8s, ns: str, name: str) -> dict[str, dict]:
+    return {p["name"]: p for p in (k8s.store(ns, name).get("status") or {}).get("pods", [])}
+
+
+def annotations(k8s: K8s, ns: str, name: str) -> dict:
+    return k8s.store(ns, name).get("metadata", {}).get("annotations") or {}
+
+
+def queue_on(c: Client, topic: str, node: str, qid: int = 0):
+    return next(q for q in c.route(topic, refresh=True).queues if q.node == node and q.queue_id == qid)
+
+
+@pytest.fixture(scope="module")
+def release(k8s: K8s):
+    out = k8s.helm("install", RELEASE, CHART, "-n", RELEASE_NS, "--create-namespace", "--set", "store.enabled=true",
+                   *SMALL_VALUES, "--set", f"operator.reconcileInterval={INTERVAL}", "--wait", "--timeout", "180s")
+    assert "watching every namespace" in out.stdout  # NOTES, for the default scope
+    yield RELEASE
+    k8s.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", check=False)
+
+
+@pytest.fixture(scope="module")
+def orders(k8s: K8s, release):
+    namespace(k8s, NS)
+    k8s.apply(store_doc("orders", replicas=3))
+    k8s.wait(lambda: k8s.ready(NS, "orders"), 120, "orders Ready")
+    return "orders"
+
+
+# ---------------------------------------------------------------------------------- install
+
+
+def test_sample_store_is_ready_and_selects_only_its_own_pods(k8s: K8s, release):
+    """Fix 1: the chart's sample store shares name and instance labels with the operator's and
+    the test's pods; its status, Services and PDB must still count only store pods."""
+    k8s.wait(lambda: k8s.ready(RELEASE_NS, RELEASE), 120, "the sample store Ready")
+    assert list(pod_figures(k8s, RELEASE_NS, RELEASE)) == [f"{RELEASE}-0"]
+    pdb = k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}")
+    k8s.wait(lambda: (k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}").get("status")
+                      or {}).get("expectedPods") == 1, what="the PDB to count one pod")
+    pdb = k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}")
+    assert pdb["status"]["disruptionsAllowed"] == 1
+    for svc in (RELEASE, f"{RELEASE}-headless"):
+        slices = k8s.api.items(f"/apis/discovery.k8s.io/v1/namespaces/{RELEASE_NS}/endpointslices",
+                               labelSelector=f"kubernetes.io/service-name={svc}")
+        addresses = {a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]}
+        assert addresses == {k8s.pod(RELEASE_NS, f"{RELEASE}-0")["status"]["podIP"]}, (svc, addresses)
+
+
+def test_helm_test_sends_and_reads_a_message(k8s: K8s, release):
+    out = k8s.helm("test", RELEASE, "-n", RELEASE_NS, "--timeout", "120s")
+    assert "Phase:          Succeeded" in out.stdout, out.stdout
+    assert any(e == "started" and p.startswith(f"{RELEASE_NS}/{RELEASE}-test") for e, p in k8s.kubelet.history)
+
+
+def test_minimal_sample_applied_as_the_readme_shows(k8s: K8s, release):
+    """Fix 6: ``kubectl apply -f deploy/samples/minimal.yaml`` (no namespace: the current one)
+    works because the chart's operator watches every namespace by default."""
+    sample = os.path.join(CHART, "..", "..", "deploy", "samples", "minimal.yaml")
+    with open(sample) as f:
+        doc = yaml.safe_load(f)
+    assert "namespace" not in doc["metadata"]
+    doc["spec"]["store"] = dict(SMALL)  # the sample as shipped, with test-sized files
+    k8s.apply(doc)
+    try:
+        k8s.wait(lambda: k8s.ready("default", doc["metadata"]["name"]), 120, "the minimal sample Ready in default")
+    finally:
+        k8s.kubectl("delete", "-f", sample, "--wait=true")
+        # (the garbage collector discovers a new custom resource on its ~30 s resync: the
+        # first store deleted after the CRD appeared takes that long to lose its pods)
+        k8s.kubectl("delete", "pvc", "-l", f"app.kubernetes.io/instance={doc['metadata']['name']}", "-n", "default")
+
+
+# ---------------------------------------------------------------------------------- a 3-node store
+
+
+def test_three_node_store_renders_every_object(k8s: K8s, orders):
+    sts = k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["updateStrategy"]["type"] == "OnDelete"
+    assert sts["status"]["readyReplicas"] == 3
+    for kind, name in (("services", "orders"), ("services", "orders-headless"), ("configmaps", "orders-config")):
+        obj = k8s.get(f"/api/v1/namespaces/{NS}/{kind}/{name}")
+        owner = obj["metadata"]["ownerReferences"][0]
+        # Fix 8: blockOwnerDeletion passes OwnerReferencesPermissionEnforcement (enabled on this API server)
+        assert owner["name"] == "orders" and owner["blockOwnerDeletion"] is True
+    assert k8s.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/orders")["spec"]["maxUnavailable"] == 1
+    pvcs = k8s.api.items(f"/api/v1/namespaces/{NS}/persistentvolumeclaims")
+    assert sorted(p["metadata"]["name"] for p in pvcs if p["status"]["phase"] == "Bound") == \
+        ["data-orders-0", "data-orders-1", "data-orders-2"]
+    pods = k8s.pods(NS, "app.kubernetes.io/instance=orders")
+    assert all(p["spec"].get("automountServiceAccountToken") is False for p in pods)
+    route = client(k8s, NS, "orders-1").route("t", refresh=True)  # peers found through the headless Service
+    assert sorted(n.name for n in route.nodes) == ["orders-0", "orders-1", "orders-2"] and all(n.ready for n in route.nodes)
+    # Fix 9: the printed columns say how many pods are ready, beside the desired count
+    table = k8s.kubectl("get", "mstore", "orders", "-n", NS).stdout.split("\n")
+    assert table[0].split()[:4] == ["NAME", "READY", "PODS", "DESIRED"] and table[1].split()[1:4] == ["True", "3", "3"]
+
+
+def test_hot_settings_reach_every_pod_without_a_restart(k8s: K8s, orders):
+    pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in ("orders-0", "orders-1", "orders-2")}
+    k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p",
+                '{"spec": {"store": {"fileReservedTime": 5, "deleteWhen": "03;15"}}}')
+
+    def live() -> bool:
+        for pod in pids:
+            cfg = client(k8s, NS, pod).admin().config()
+            if cfg["fileReservedTime"] != "5" or cfg["deleteWhen"] != "03;15":
+                return False
+        return True
+
+    k8s.wait(live, 30, "the new settings live on every pod")
+    assert {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pids} == pids  # nothing restarted
+    assert all(k8s.pod(NS, p)["status"]["containerStatuses"][0]["restartCount"] == 0 for p in pids)
+    assert "fileReservedTime=5" in k8s.get(f"/api/v1/namespaces/{NS}/configmaps/orders-config")["data"]["store.conf"]
+
+
+def test_manual_delete_annotation_deletes_back_dated_segments_on_every_pod(k8s: K8s, orders):
+    pods = ("orders-0", "orders-1", "orders-2")
+    segments = {}
+    old = time.time() - 10 * 3600  # past fileReservedTime (5 h)
+    for pod in pods:
+        c = client(k8s, NS, pod)
+        q = queue_on(c, "audit", pod)
+        for _ in range(8):  # several 64 KiB segments
+            assert all(r.ok for r in c.send_batch("audit", [OutMessage(b"m" * 30) for _ in range(400)], queue=q))
+        seg_dir = os.path.join(k8s.kubelet.volume_dir(NS, f"data-{pod}"), "commitlog")
+        names = sorted(os.listdir(seg_dir))
+        assert len(names) >= 3
+        segments[pod] = names
+        for n in names[:-1]:
+            os.utime(os.path.join(seg_dir, n), (old, old))
+    k8s.kubectl("annotate", "mstore", "orders", "-n", NS, "msgstore.io/manual-delete=n1")
+    k8s.wait(lambda: "msgstore.io/manual-delete" not in annotations(k8s, NS, "orders")
+             and (k8s.store(NS, "orders").get("status") or {}).get("lastManualDelete", {}).get("nonce") == "n1",
+             20, "the manual delete done and the annotation cleared (by the update handler, not the periodic pass)")
+    results = k8s.store(NS, "orders")["status"]["lastManualDelete"]["results"]
+    assert [r["pod"] for r in results] == list(pods)
+    for r in results:
+        assert r["deletedSegments"] == len(segments[r["pod"]]) - 1, r  # every expired one, never the newest
+        assert os.listdir(os.path.join(k8s.kubelet.volume_dir(NS, f"data-{r['pod']}"), "commitlog")) == [segments[r["pod"]][-1]]
+    k8s.wait(lambda: k8s.events(NS, "ManualDelete", "orders"), what="the ManualDelete Event")
+
+
+class Producer:
+    """Sends batches through the store's own failover while pods restart; remembers what was
+    acknowledged, where."""
+
+    def __init__(self, k8s: K8s):
+        self.client = Client(",".join(k8s.address(NS, p) for p in ("orders-0", "orders-1", "orders-2")), timeout=5)
+        self.acked: dict[tuple[str, int, int], bytes] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set() and i < 2000:
+            body = b"roll-%d" % i
+            try:
+                (r,) = self.client.send_batch("rolled", [OutMessage(body)])
+                if r.ok:
+                    self.acked[(r.node, r.queue_id, r.queue_offset)] = body
+            except StoreError:
+                pass  # every node of the route down at once would be a test failure below
+            i += 1
+            self.stop.wait(0.02)
+
+    def __enter__(self) -> "Producer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def verify(self, k8s: K8s) -> None:
+        assert len(self.acked) > 20, "the producer got nothing acknowledged during the roll"
+        clients = {p: client(k8s, NS, p) for p in ("orders-0", "orders-1", "orders-2")}
+        for (node, qid, off), body in self.acked.items():
+            q = queue_on(clients[node], "rolled", node, qid)
+            got = clients[node].pull("rolled", q, off, max_messages=1, timeout_ms=2000)
+            assert got.messages and got.messages[0].body == body, (node, qid, off)
+
+
+def _roll_order(k8s: K8s, since: int) -> list[tuple[str, str]]:
+    return [(e, p.split("/")[1]) for e, p in k8s.kubelet.history[since:] if e in ("started", "stopped") and p.startswith(f"{NS}/orders-")]
+
+
+def _wait_roll(k8s: K8s, since_events: int, what: str) -> None:
+    k8s.wait(lambda: len(k8s.events(NS, "RollFinished", "orders")) > since_events, 180, what)
+    k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready after the roll")
+
+
+def test_restart_only_change_rolls_one_pod_at_a_time_and_loses_nothing(k8s: K8s, orders):
+    mark, finished = len(k8s.kubelet.history), len(k8s.events(NS, "RollFinished", "orders"))
+    with Producer(k8s) as producer:
+        k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"store": {"flushDiskType": "SYNC_FLUSH"}}}')
+        _wait_roll(k8s, finished, "the roll for flushDiskType")
+    assert _roll_order(k8s, mark) == [("stopped", "orders-2"), ("started", "orders-2"), ("stopped", "orders-1"),
+                                      ("started", "orders-1"), ("stopped", "orders-0"), ("started", "orders-0")]
+    figures = pod_figures(k8s, NS, "orders")
+    assert all(f["recoveryMode"] == "normal" and f["upToDate"] for f in figures.values()), figures
+    assert all(client(k8s, NS, p).admin().config()["flushDiskType"] == "SYNC_FLUSH" for p in figures)
+    producer.verify(k8s)
+
+
+def test_restart_annotation_rolls_and_last_roll_is_replaced_not_merged(k8s: K8s, orders):
+    """Fix 9: a new roll's ``status.lastRoll`` has no ``finished`` left over from the last one."""
+    assert k8s.store(NS, "orders")["status"]["lastRoll"].get("finished")
+    mark, finished = len(k8s.kubelet.history), len(k8s.events(NS, "RollFinished", "orders"))
+    k8s.kubectl("annotate", "mstore", "orders", "-n", NS, "msgstore.io/restart=r1")
+    running = k8s.wait(lambda: (lambda r: r if r.get("state") == "running" else None)(
+        k8s.store(NS, "orders")["status"].get("lastRoll") or {}), 20, "the roll started")
+    assert "finished" not in running, running
+    _wait_roll(k8s, finished, "the restart roll")
+    assert [p for e, p in _roll_order(k8s, mark) if e == "stopped"] == ["orders-2", "orders-1", "orders-0"]
+    assert "msgstore.io/restart" not in annotations(k8s, NS, "orders")
+    assert k8s.store(NS, "orders")["status"]["restartNonce"] == "r1"
+
+
+def test_sigkill_is_reported_as_an_abnormal_recovery(k8s: K8s, orders):
+    k8s.kubelet.kill(NS, "orders-1")
+    k8s.wait(lambda: pod_figures(k8s, NS, "orders").get("orders-1", {}).get("recoveryMode") == "abnormal", 60,
+             "the abnormal recovery in status")
+    event = k8s.wait(lambda: k8s.events(NS, "AbnormalRecovery", "orders"), 30, "the AbnormalRecovery Event")[0]
+    assert event["type"] == "Warning" and "orders-1" in event["message"]
+    k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready after the crash")
+    assert k8s.pod(NS, "orders-1")["status"]["containerStatuses"][0]["restartCount"] == 1
+
+
+@pytest.mark.parametrize("store, message", [
+    ({"diskMaxUsedSpaceRatio": 80, "diskSpaceCleanForciblyRatio": 70}, "diskSpaceCleanForciblyRatio must be >= diskMaxUsedSpaceRatio"),
+    ({"diskSpaceWarningLevelRatio": 80, "diskSpaceCleanForciblyRatio": 85}, "diskSpaceWarningLevelRatio must be >= diskSpaceCleanForciblyRatio"),
+    ({"fileReservedTime": -1}, "spec.store.fileReservedTime"),
+    ({"deleteWhen": "4;25"}, "spec.store.deleteWhen"),
+    ({"flushDiskType": "SOMETIMES"}, "spec.store.flushDiskType"),
+])
+def test_invalid_specs_are_refused_by_the_api_server(k8s: K8s, orders, store, message):
+    doc = store_doc("bad", store={**SMALL, **store})
+    out = k8s.apply(doc, check=False)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
+    assert not k8s.store(NS, "bad")
+
+
+def test_invalid_storage_size_is_refused(k8s: K8s, orders):
+    out = k8s.apply(store_doc("bad", storage={"size": "lots"}), check=False)
+    assert out.returncode != 0 and "spec.storage.size" in out.stderr, out.stderr
+
+
+def test_volume_expansion_follows_the_storage_size(k8s: K8s, orders):
+    """Fix 7: a bigger ``spec.storage.size`` expands every claim (the StorageClass allows it);
+    a smaller one is reported, never silently ignored."""
+    pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in ("orders-0", "orders-1", "orders-2")}
+    k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"storage": {"size": "2Gi"}}}')
+
+    def expanded() -> bool:
+        pvcs = {p["metadata"]["name"]: p for p in k8s.api.items(f"/api/v1/namespaces/{NS}/persistentvolumeclaims")}
+        return all(pvcs[f"data-{p}"]["status"].get("capacity", {}).get("storage") == "2Gi" for p in pids)
+
+    k8s.wait(expanded, 60, "every claim at 2Gi")
+    k8s.wait(lambda: (k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders") or {}).get("spec", {}).get(
+        "volumeClaimTemplates", [{}])[0].get("spec", {}).get("resources", {}).get("requests", {}).get("storage") == "2Gi",
+        60, "the StatefulSet recreated with the new claim size")
+    k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready")
+    assert {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pids} == pids  # no pod restarted
+    k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"storage": {"size": "1Gi"}}}')
+    cond = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(
+        k8s.condition(NS, "orders", "StorageResizeBlocked")), 30, "the shrink reported")
+    assert "cannot shrink" in cond["message"] and "data-orders-0" in cond["message"]
+    k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"storage": {"size": "2Gi"}}}')
+    k8s.wait(lambda: k8s.condition(NS, "orders", "StorageResizeBlocked").get("status") == "False", 30, "cleared")
+
+
+def test_scale_down_is_blocked_until_consumed_then_forced(k8s: K8s, orders):
+    """``kubectl scale`` works (fix 9: scale subresource); a node holding unconsumed messages
+    of a known group is not removed until they are consumed, or the force annotation says so."""
+    c2 = client(k8s, NS, "orders-2")
+    q = queue_on(c2, "work", "orders-2")
+    assert all(r.ok for r in c2.send_batch("work", [OutMessage(b"job-%d" % i) for i in range(5)], queue=q))
+    c2.commit("billing", "work", q, 2)  # 3 not consumed yet
+    k8s.kubectl("scale", "mstore", "orders", "-n", NS, "--replicas=2")
+    cond = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(
+        k8s.condition(NS, "orders", "ScaleDownBlocked")), 30, "ScaleDownBlocked")
+    assert "orders-2" in cond["message"] and "billing: 3" in cond["message"]
+    assert k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 3
+    c2.commit("billing", "work", q, 5)
+    k8s.wait(lambda: k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 2, 30,
+             "the scale-down once consumed")
+    k8s.wait(lambda: k8s.pod(NS, "orders-2") is None, 60, "orders-2 gone")
+    assert k8s.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-orders-2")  # Retain: the volume stays
+    scale = k8s.get(f"{GROUP_PATH}/namespaces/{NS}/messagestores/orders/scale")
+    assert scale["spec"]["replicas"] == 2 and "app.kubernetes.io/instance=orders" in scale["status"]["selector"]
+    k8s.wait(lambda: k8s.get(f"{GROUP_PATH}/namespaces/{NS}/messagestores/orders/scale")["status"].get("replicas") == 2, 30,
+             "the scale subresource's status")
+    # unconsumed and never read by any group, then forced
+    c1 = client(k8s, NS, "orders-1")
+    assert c1.send_batch("work", [OutMessage(b"late")], queue=queue_on(c1, "work", "orders-1"))[0].ok
+    k8s.kubectl("scale", "mstore", "orders", "-n", NS, "--replicas=1")
+    k8s.wait(lambda: "orders-1" in k8s.condition(NS, "orders", "ScaleDownBlocked").get("message", ""), 30, "blocked again")
+    k8s.kubectl("annotate", "mstore", "orders", "-n", NS, "msgstore.io/force-scale-down=true")
+    k8s.wait(lambda: k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 1, 30, "forced")
+    k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready with one node")
+
+
+def test_deleting_the_store_garbage_collects_what_it_owns(k8s: K8s, orders):
+    k8s.kubectl("delete", "mstore", "orders", "-n", NS, "--wait=true", "--timeout=60s")  # no finalizer to wait for
+    for path in (f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders", f"/api/v1/namespaces/{NS}/services/orders",
+                 f"/api/v1/namespaces/{NS}/services/orders-headless", f"/api/v1/namespaces/{NS}/configmaps/orders-config",
+                 f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/orders"):
+        k8s.wait(lambda path=path: k8s.get(path) is None, 60, f"{path} collected")
+    k8s.wait(lambda: not k8s.pods(NS, "app.kubernetes.io/instance=orders"), 60, "the pods gone")
+    claims = {p["metadata"]["name"] for p in k8s.api.items(f"/api/v1/namespaces/{NS}/persistentvolumeclaims")}
+    assert {"data-orders-0", "data-orders-1", "data-orders-2"} <= claims  # whenDeleted: Retain (the default)
+
+
+def test_pvcs_follow_a_delete_retention_policy(k8s: K8s, release):
+    namespace(k8s, NS)
+    k8s.apply(store_doc("scratch", replicas=1, storage={"size": "1Gi", "retentionPolicy": {"whenDeleted": "Delete"}}))
+    k8s.wait(lambda: k8s.ready(NS, "scratch"), 120, "scratch Ready")
+    k8s.kubectl("delete", "mstore", "scratch", "-n", NS, "--wait=true")
+    k8s.wait(lambda: k8s.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-scratch-0") is None, 60,
+             "the claim deleted with its StatefulSet")
+
+
+# ---------------------------------------------------------------------------------- fixes
+
+
+def test_reverting_a_broken_image_finishes_the_roll(k8s: K8s, release):
+    """Fix 2: an outdated pod that can never become Ready is replaced, not waited for."""
+    namespace(k8s, NS)
+    k8s.apply(store_doc("duo", replicas=2))
+    k8s.wait(lambda: k8s.ready(NS, "duo"), 120, "duo Ready")
+    good = k8s.store(NS, "duo")["spec"].get("image")
+    k8s.kubectl("patch", "mstore", "duo", "-n", NS, "--type", "merge", "-p", '{"spec": {"image": "registry.invalid/msgstore:broken"}}')
+    cond = k8s.wait(lambda: (lambda c: c if "ErrImagePull" in c.get("message", "") else None)(
+        k8s.condition(NS, "duo", "PodsPending")), 60, "the pull error reported")
+    assert "duo-1" in cond["message"] and cond["status"] == "True"
+    assert k8s.pod(NS, "duo-0")["metadata"]["annotations"]  # duo-0 was not touched while duo-1 cannot start
+    assert k8s.kubelet.runtime(NS, "duo-0").container.running
+    patch = '{"spec": {"image": null}}' if good is None else '{"spec": {"image": "%s"}}' % good
+    k8s.kubectl("patch", "mstore", "duo", "-n", NS, "--type", "merge", "-p", patch)
+    k8s.wait(lambda: k8s.ready(NS, "duo") and (k8s.store(NS, "duo")["status"].get("lastRoll") or {}).get("state") == "done",
+             90, "the roll finished after the revert")
+    assert k8s.condition(NS, "duo", "PodsPending").get("status") == "False"
+    k8s.kubectl("delete", "mstore", "duo", "-n", NS, "--wait=true")
+
+
+def test_admin_token_rotation_keeps_the_store_manageable(k8s: K8s, release):
+    """Fix 3: pods follow a rotated Secret without a restart, and the operator keeps working."""
+    namespace(k8s, NS)
+    k8s.kubectl("create", "secret", "generic", "vault-admin", "-n", NS, "--from-literal=token=first-t0ken")
+    k8s.apply(store_doc("vault", replicas=2, adminTokenSecret={"name": "vault-admin"}))
+    k8s.wait(lambda: k8s.ready(NS, "vault"), 120, "vault Ready")
+    pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in ("vault-0", "vault-1")}
+    k8s.apply(k8s.kubectl("create", "secret", "generic", "vault-admin", "-n", NS, "--from-literal=token=second-t0ken",
+                          "--dry-run=client", "-o", "yaml").stdout)
+
+    def new_token_works() -> bool:
+        try:
+            return all(client(k8s, NS, p, admin_token="second-t0ken").admin().status()["state"] == "running" for p in pids)
+        except StoreError:
+            return False
+
+    k8s.wait(new_token_works, 30, "every pod accepting the rotated token")
+    with pytest.raises(StoreError) as e:
+        client(k8s, NS, "vault-0", admin_token="first-t0ken").admin().status()
+    assert e.value.code.name == "PERMISSION_DENIED"
+    assert {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pids} == pids  # no restart needed
+    # the operator still manages the store: a hot setting and a restart request both go through
+    k8s.kubectl("patch", "mstore", "vault", "-n", NS, "--type", "merge", "-p", '{"spec": {"store": {"fileReservedTime": 9}}}')
+    k8s.wait(lambda: all(client(k8s, NS, p, admin_token="second-t0ken").admin().config()["fileReservedTime"] == "9"
+                         for p in pids), 30, "the hot setting pushed with the new token")
+    k8s.kubectl("annotate", "mstore", "vault", "-n", NS, "msgstore.io/restart=after-rotation")
+    k8s.wait(lambda: (k8s.store(NS, "vault")["status"].get("lastRoll") or {}).get("state") == "done"
+             and k8s.store(NS, "vault")["status"].get("restartNonce") == "after-rotation" and k8s.ready(NS, "vault"),
+             120, "the restart after the rotation")
+    assert k8s.condition(NS, "vault", "AdminTokenRejected").get("status") == "False"
+    k8s.kubectl("delete", "mstore", "vault", "-n", NS, "--wait=true")
+
+
+def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):
+    """Fix 5: a Secret nothing created, a StorageClass the cluster lacks and a zone spread no
+    node can satisfy all surface as conditions and Events, in Kubernetes' own words."""
+    ns = namespace(k8s, "prod")
+    sample = os.path.join(CHART, "..", "..", "deploy", "samples", "production.yaml")
+    k8s.kubectl("apply", "-n", ns, "-f", sample)
+    cond = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(
+        k8s.condition(ns, "orders", "ReferenceMissing")), 30, "the missing Secret reported")
+    assert cond["reason"] == "SecretNotFound" and "orders-admin" in cond["message"]
+    assert k8s.condition(ns, "orders", "Ready")["reason"] == "SecretNotFound"
+    event = k8s.wait(lambda: k8s.events(ns, "SecretNotFound", "orders"), 30, "the SecretNotFound Event")[0]
+    assert event["type"] == "Warning"
+    k8s.kubectl("create", "secret", "generic", "orders-admin", "-n", ns, "--from-literal=token=prod-t0ken")
+    k8s.wait(lambda: k8s.condition(ns, "orders", "ReferenceMissing").get("status") == "False", 60, "the Secret found")
+    pending = k8s.wait(lambda: (lambda c: c if "fast-ssd" in c.get("message", "") and "Unschedulable" in c["message"] else None)(
+        k8s.condition(ns, "orders", "PodsPending")), 90, "the unschedulable pods reported with their reasons")
+    assert pending["status"] == "True" and "orders-0: Unschedulable" in pending["message"], pending
+    assert k8s.events(ns, "PodsNotRunning", "orders")
+    k8s.kubectl("delete", "-n", ns, "-f", sample, "--wait=true")
+
+
+def test_helm_uninstall_leaves_nothing_behind(k8s: K8s, release):
+    """Fix 4: the chart's own store goes with the release (no finalizer outlives the operator),
+    and the namespace can then be deleted."""
+    assert not (k8s.store(RELEASE_NS, RELEASE)["metadata"].get("finalizers") or [])
+    k8s.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "120s")
+    k8s.wait(lambda: not k8s.store(RELEASE_NS, RELEASE), 60, "the sample MessageStore deleted")
+    k8s.wait(lambda: k8s.get(f"/apis/apps/v1/namespaces/{RELEASE_NS}/statefulsets/{RELEASE}") is None, 60, "its StatefulSet collected")
+    k8s.wait(lambda: not k8s.pods(RELEASE_NS, "app.kubernetes.io/name=msgstore"), 60, "every pod gone")
+    k8s.kubectl("delete", "namespace", RELEASE_NS, "--wait=true", "--timeout=90s")
+    assert k8s.get(f"/api/v1/namespaces/{RELEASE_NS}") is None
