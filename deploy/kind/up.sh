@@ -14,12 +14,13 @@ REPLICAS="${REPLICAS:-3}"
 if ! kind get clusters | grep -qx "$CLUSTER"; then
   kind create cluster --name "$CLUSTER" --config deploy/kind/cluster.yaml
 fi
-docker build -f deploy/Dockerfile -t "$IMAGE" .
+# the same build as `make image` (deploy/Dockerfile over wheels built here), with docker
+ENGINE=docker IMAGE="$IMAGE" PYTHON="${PYTHON:-.venv/bin/python}" scripts/build_image.sh
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
 helm upgrade --install msgstore charts/msgstore \
   --kube-context "kind-$CLUSTER" --namespace "$NAMESPACE" --create-namespace \
-  --set image.registry= --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
+  --set image.registry="" --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
   --set image.pullPolicy=Never \
   --set store.enabled=true --set store.replicas="$REPLICAS" --set store.persistence.size=1Gi \
   --wait --timeout 5m

@@ -1,16 +1,36 @@
 """``msgstore-operator`` (or ``python -m msgstore_operator``): run the operator.
 
-One replica (``standalone``: no peering objects needed); WATCH_NAMESPACE limits it to one
-namespace; a liveness endpoint on :8080/healthz.
+One replica (``standalone``: no peering objects needed); every namespace, or only
+``WATCH_NAMESPACE``; a liveness endpoint on :8080/healthz.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
+ENVIRONMENT = """environment:
+  WATCH_NAMESPACE             watch this namespace only (default: every namespace)
+  MSGSTORE_IMAGE              store image when a MessageStore names none
+  MSGSTORE_OPERATOR_INTERVAL  seconds between passes over every store (default 10)
+  MSGSTORE_LIVENESS           liveness endpoint (default http://0.0.0.0:8080/healthz)
+  MSGSTORE_LOG_FORMAT         json (default) or plain
+  MSGSTORE_OPERATOR_VERBOSE   1 for debug logs
+Credentials: in-cluster (the pod's ServiceAccount), else the kubeconfig."""
 
-def main() -> int:
+
+def parser() -> argparse.ArgumentParser:
+    from msgstore import __version__
+
+    p = argparse.ArgumentParser(prog="msgstore-operator", description="The Kubernetes operator for MessageStore objects.",
+                                epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"msgstore-operator {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser().parse_args(argv)
     import kopf
 
     from . import handlers  # noqa: F401  (registers the handlers)
