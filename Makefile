@@ -55,4 +55,4 @@ image: $(STAMP)
 	PYTHON=$(PY) IMAGE=$(IMAGE) scripts/build_image.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info server/msgstore/store/_native.c server/msgstore/store/*.so
+	rm -rf $(VENV) build *.egg-info server/msgstore/*/_native.c server/msgstore/*/*.so

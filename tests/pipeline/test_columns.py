@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from msgstore.pipeline.columns import Decoder, batch_from_messages
-from msgstore.store import codec
+from msgstore.record import codec
 
-pytest.importorskip("msgstore.store._native")
+pytest.importorskip("msgstore.record._native")
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=6)
 records = st.lists(st.tuples(

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from msgstore.store import codec
-from msgstore.store.codec import Message
+from msgstore.record import codec
+from msgstore.record.codec import Message
 
 
 def test_jhash_vectors():

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from msgstore.store import GetStatus, MessageStore, codec
+from msgstore.record import codec
+from msgstore.store import GetStatus, MessageStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

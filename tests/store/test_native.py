@@ -5,10 +5,10 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from msgstore.store import codec
-from msgstore.store.codec import Message
+from msgstore.record import codec
+from msgstore.record.codec import Message
 
-native = pytest.importorskip("msgstore.store._native")
+native = pytest.importorskip("msgstore.record._native")
 
 HOST = codec.host_bytes(("10.0.0.7", 10911))
 HOST6 = codec.host_bytes(("fe80::1", 10911))

@@ -5,7 +5,7 @@ import struct
 
 import numpy as np
 
-from msgstore.store import codec
+from msgstore.record import codec
 from msgstore.store.checkpoint import Checkpoint
 from msgstore.store.clock import ManualClock
 from msgstore.store.consume_queue import FILLER_SIZE, UNIT, ConsumeQueue

@@ -8,7 +8,8 @@ import zlib
 
 import pytest
 
-from msgstore.store import GetStatus, Message, codec
+from msgstore.record import codec
+from msgstore.store import GetStatus, Message
 
 
 def _msg(i, topic="RecoveryTopicName", q=0):

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from msgstore.store import GetStatus, Message, MessageStore, PutStatus, StoreLockedError, codec
+from msgstore.record import codec
+from msgstore.store import GetStatus, Message, MessageStore, PutStatus, StoreLockedError
 from msgstore.store.segment import msync
 
 

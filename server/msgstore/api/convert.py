@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..store import codec
+from ..record import codec
 from ..store.results import GetStatus, PutStatus
 from ..v1 import msgstore_pb2 as pb
 
@@ -23,18 +23,6 @@ def message_to_pb(m: codec.StoredMessage) -> pb.Message:
         born_host=codec.host_str(m.born_host), store_host=codec.host_str(m.store_host),
         flag=m.flag, sys_flag=m.sys_flag, reconsume_times=m.reconsume_times, store_size=m.store_size,
         body_crc=m.body_crc)
-
-
-def decode_records(data: bytes | memoryview) -> list[codec.StoredMessage]:
-    """Split a raw pull's ``records`` into messages."""
-    out = []
-    pos = 0
-    n = len(data)
-    while pos < n:
-        m = codec.decode(data, pos)
-        out.append(m)
-        pos += m.store_size
-    return out
 
 
 def _varint(v: int) -> bytes:

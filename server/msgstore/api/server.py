@@ -26,7 +26,9 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ..store import MessageStore, codec
+from .. import wire
+from ..record import codec
+from ..store import MessageStore
 from ..store.config import ConfigError, parse_assignments
 from ..v1 import admin_pb2, msgstore_pb2
 from . import validation as v
@@ -157,7 +159,7 @@ class StoreServer:
 
     def _handlers(self, service, impl) -> grpc.GenericRpcHandler:
         handlers = {}
-        raw = RAW_REQUESTS.get(service.full_name, ()) if codec._native is not None else ()
+        raw = RAW_REQUESTS.get(service.full_name, ()) if wire.native is not None else ()
         for method in service.methods:
             req_cls = message_factory.GetMessageClass(method.input_type)
             resp_cls = message_factory.GetMessageClass(method.output_type)

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from ..store import GetStatus, PutStatus, Unavailable, codec
+from .. import wire
+from ..record import codec
+from ..store import GetStatus, PutStatus, Unavailable
 from ..store.results import GetResult
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
@@ -59,7 +61,7 @@ class DataPlane:
         store = self.store
         born = codec.host_bytes_cached(_peer_host(context))
         if isinstance(request, (bytes, bytearray)):
-            groups, wait, n = codec._native.transcode_send(
+            groups, wait, n = wire.native.transcode_send(
                 request, store.config.maxMessageSize, store.commitlog.store_host_bytes, store.clock.now_ms(),
                 codec._crc32, born, v.InvalidArgument, v.MAX_BATCH)
         else:
@@ -89,8 +91,8 @@ class DataPlane:
                 m.put_messages.labels(res.status.name).inc(len(idx))
                 if res.status.stored:
                     m.put_bytes.inc(res.wrote_bytes)
-        if codec._native is not None:  # the serialized response (the handler's serializer passes bytes on)
-            return codec._native.encode_send_response(n, self.server.node_name, [
+        if wire.native is not None:  # the serialized response (the handler's serializer passes bytes on)
+            return wire.native.encode_send_response(n, self.server.node_name, [
                 (idx, SEND_STATUS[res.status], qid, res.queue_offset if res.status.stored else -1, res.phy_offset,
                  res.sizes, res.store_host, _error_text(res)) for (topic, qid, _b, idx), (_, res) in zip(groups, outcomes)])
         return pb.SendResponse(results=self._results(groups, outcomes, n), node=self.server.node_name)

@@ -9,7 +9,7 @@ import re
 
 from google.protobuf.message import DecodeError
 
-from ..store import codec
+from ..record import codec
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 10_000

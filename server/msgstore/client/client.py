@@ -9,7 +9,8 @@ from typing import Any, Iterable, Sequence
 
 import grpc
 
-from ..store import codec
+from .. import wire
+from ..record import codec
 from ..v1 import admin_pb2_grpc, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
 from .connection import Security, split_endpoints, sync_channel
 from .routing import Node, QueueRef, Route
@@ -78,8 +79,8 @@ class PullResult:
 def encode_send(topic: str, queue_id: int, messages: Sequence[OutMessage], wait_flush: bool | None) -> bytes:
     """SendRequest bytes: compiled when available (a protobuf object per entry costs more
     than the whole send), else through protobuf. Both produce the same wire format."""
-    if codec._native is not None:
-        return codec._native.encode_send_request(topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush))
+    if wire.native is not None:
+        return wire.native.encode_send_request(topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush))
     req = pb.SendRequest(entries=[m.entry(topic, queue_id) for m in messages])
     if wait_flush is not None:
         req.wait_flush = wait_flush
@@ -93,16 +94,7 @@ def _send_result(r: pb.SendResult, node: str) -> SendResult:
     return SendResult(_STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error)
 
 
-def decode_records(data: bytes) -> list[codec.StoredMessage]:
-    """Messages of a raw pull (compiled when available)."""
-    if codec._native is not None:
-        return codec._native.decode_records(data, codec.StoredMessage, _HOSTS, codec.host_from_bytes)
-    from ..api.convert import decode_records as decode_python
-
-    return decode_python(data)
-
-
-_HOSTS: dict[bytes, tuple[str, int]] = {}
+decode_records = codec.decode_records  # a raw pull's messages
 
 
 def pull_result(resp: pb.PullResponse, node: str) -> PullResult:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from ..store import codec
+from ..record import codec
 from .client import Client, StoreError, pull_result
 from .routing import QueueRef
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..store import codec
+from ..record import codec
 from .schema import ARROW, KEYS, PROPS, TS
 
 BATCH_ROWS = 8192

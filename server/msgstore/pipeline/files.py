@@ -10,7 +10,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..store import codec
+from ..record import codec
 from ..store.consume_queue import FILLER_SIZE, UNIT_DTYPE
 from ..store.index import ENTRY_DTYPE, HEADER_SIZE, _HEADER
 from . import schema

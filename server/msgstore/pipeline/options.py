@@ -112,7 +112,7 @@ class ReaderOptions:
         topics = tuple(t.strip() for t in (opts.get("topics") or "").split(",") if t.strip())
         if endpoints and not topics:
             raise OptionError("topics", "name the topics to read, comma-separated")
-        from ..store.codec import topic_error
+        from ..record.codec import topic_error
 
         for t in topics:
             if topic_error(t):

@@ -4,7 +4,7 @@ No gRPC and no Kubernetes in here; see STORE_SPEC.md for the behaviour and file 
 """
 
 from .clock import Clock, DiskProbe, FixedDiskProbe, ManualClock
-from .codec import Message, StoredMessage
+from ..record.codec import Message, StoredMessage
 from .config import ConfigError, ConfigUpdate, StoreConfig
 from .recovery import RecoveryReport
 from .results import GetResult, GetStatus, PutResult, PutStatus, Unavailable

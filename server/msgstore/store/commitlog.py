@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from . import codec
+from ..record import codec
 from .clock import Clock
 from .config import StoreConfig
 from .segment import Segment, Syncer, msync

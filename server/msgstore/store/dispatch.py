@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from . import codec
+from ..record import codec
 from .results import Unavailable
 from .service import ServiceThread
 

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import codec
+from ..record import codec
 from .clock import Clock
 from .segment import Segment, Syncer, msync
 

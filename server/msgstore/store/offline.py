@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import codec
+from ..record import codec
 from .clock import Clock
 from .config import StoreConfig
 from .consume_queue import FILLER_SIZE, UNIT, UNIT_DTYPE

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from . import codec
+from ..record import codec
 from .segment import Segment
 
 if TYPE_CHECKING:

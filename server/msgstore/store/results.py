@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import codec
+from ..record import codec
 
 
 class PutStatus(enum.Enum):

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import codec
+from ..record import codec
 from .checkpoint import Checkpoint
 from .cleanup import CommitLogCleaner, ConsumeQueueCleaner, DiskMonitor, ScheduledRunner
 from .clock import Clock, DiskProbe

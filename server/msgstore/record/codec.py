@@ -626,6 +626,23 @@ def decode(buf, pos: int = 0, *, with_body: bool = True) -> StoredMessage:
                          host_from_bytes(store_raw), reconsume, prepared, body, topic, props, message_id(store_raw, phy))
 
 
+def decode_records(data: bytes | memoryview) -> list[StoredMessage]:
+    """Consecutive whole records (a raw pull's ``records``) as messages; compiled when available."""
+    if _native is not None:
+        return _native.decode_records(data, StoredMessage, _HOSTS, host_from_bytes)
+    out = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        m = decode(data, pos)
+        out.append(m)
+        pos += m.store_size
+    return out
+
+
+_HOSTS: dict[bytes, tuple[str, int]] = {}  # host bytes → (address, port), shared by every decode
+
+
 def store_timestamp_of(buf, pos: int = 0) -> int:
     sysflag = _S_INT.unpack_from(buf, pos + OFF_SYSFLAG)[0]
     off = OFF_BORNHOST + (20 if sysflag & FLAG_BORNHOST_V6 else 8)
