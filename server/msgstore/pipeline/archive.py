@@ -39,8 +39,16 @@ def plan(client, topics: list[str], group: str = GROUP) -> tuple[dict, dict, int
     return start, end, rows
 
 
-def archive(spark, endpoints: list[str], topics: list[str], out: str, *, group: str = GROUP,
-            fail_on_data_loss: bool = True, client_options: dict | None = None) -> ArchiveResult:
+def archive(
+    spark,
+    endpoints: list[str],
+    topics: list[str],
+    out: str,
+    *,
+    group: str = GROUP,
+    fail_on_data_loss: bool = True,
+    client_options: dict | None = None,
+) -> ArchiveResult:
     from pyspark.sql import functions as F
 
     from ..client import Client
@@ -54,11 +62,21 @@ def archive(spark, endpoints: list[str], topics: list[str], out: str, *, group: 
         if rows == 0:
             log.info("nothing new to archive")
             return result
-        reader = (spark.read.format("msgstore").option("endpoints", ",".join(endpoints)).option("topics", ",".join(topics))
-                  .option("startingOffsets", json.dumps(starting)).option("endingOffsets", json.dumps(ending))
-                  .option("failOnDataLoss", str(fail_on_data_loss).lower()))
-        for k, v in (("token", opts.get("token")), ("tlsCa", opts.get("tls_ca")), ("tlsCert", opts.get("tls_cert")),
-                     ("tlsKey", opts.get("tls_key")), ("serverName", opts.get("server_name"))):
+        reader = (
+            spark.read.format("msgstore")
+            .option("endpoints", ",".join(endpoints))
+            .option("topics", ",".join(topics))
+            .option("startingOffsets", json.dumps(starting))
+            .option("endingOffsets", json.dumps(ending))
+            .option("failOnDataLoss", str(fail_on_data_loss).lower())
+        )
+        for k, v in (
+            ("token", opts.get("token")),
+            ("tlsCa", opts.get("tls_ca")),
+            ("tlsCert", opts.get("tls_cert")),
+            ("tlsKey", opts.get("tls_key")),
+            ("serverName", opts.get("server_name")),
+        ):
             if v:
                 reader = reader.option(k, v)
         df = reader.load().withColumn("date", F.to_date("store_timestamp"))

@@ -49,8 +49,15 @@ def run(args) -> int:
 def _archive(spark, args) -> int:
     from .archive import archive
 
-    res = archive(spark, args.endpoints.split(","), args.topics.split(","), args.out, group=args.group,
-                  fail_on_data_loss=not args.allow_data_loss, client_options={"token": args.token})
+    res = archive(
+        spark,
+        args.endpoints.split(","),
+        args.topics.split(","),
+        args.out,
+        group=args.group,
+        fail_on_data_loss=not args.allow_data_loss,
+        client_options={"token": args.token},
+    )
     if args.json:
         print(json.dumps({"rows": res.rows, "ranges": res.ranges}))
     else:
@@ -77,7 +84,7 @@ def _stats(spark, args) -> int:
     if args.json:
         print(json.dumps(rows))
     else:
-        from ..cli import _table
+        from ..output import table as _table
 
         print(_table(rows, COLUMNS) if rows else "no messages")
     if args.out:

@@ -31,32 +31,74 @@ class Decoder:
         if codec._native is None:
             return self._decode_python(buf, start, limit, max_rows, queued_only)
         n = max_rows
-        cols = {name: np.empty(n, dt) for name, dt in (
-            ("queue_id", np.int32), ("queue_offset", np.int64), ("phy", np.int64), ("born_ts", np.int64),
-            ("store_ts", np.int64), ("flag", np.int32), ("sys_flag", np.int32), ("reconsume", np.int32),
-            ("store_size", np.int32), ("topic_id", np.int32), ("born_host", np.int32), ("store_host", np.int32),
-            ("has_tags", np.uint8))}
+        cols = {
+            name: np.empty(n, dt)
+            for name, dt in (
+                ("queue_id", np.int32),
+                ("queue_offset", np.int64),
+                ("phy", np.int64),
+                ("born_ts", np.int64),
+                ("store_ts", np.int64),
+                ("flag", np.int32),
+                ("sys_flag", np.int32),
+                ("reconsume", np.int32),
+                ("store_size", np.int32),
+                ("topic_id", np.int32),
+                ("born_host", np.int32),
+                ("store_host", np.int32),
+                ("has_tags", np.uint8),
+            )
+        }
         count, pos, stop, strings = codec._native.decode_columns(
-            buf, start, limit, max_rows, queued_only, cols["queue_id"], cols["queue_offset"], cols["phy"],
-            cols["born_ts"], cols["store_ts"], cols["flag"], cols["sys_flag"], cols["reconsume"], cols["store_size"],
-            cols["topic_id"], cols["born_host"], cols["store_host"], cols["has_tags"], self.topic_ids, self.topics,
-            self.host_ids, self.hosts, _host_text)
+            buf,
+            start,
+            limit,
+            max_rows,
+            queued_only,
+            cols["queue_id"],
+            cols["queue_offset"],
+            cols["phy"],
+            cols["born_ts"],
+            cols["store_ts"],
+            cols["flag"],
+            cols["sys_flag"],
+            cols["reconsume"],
+            cols["store_size"],
+            cols["topic_id"],
+            cols["born_host"],
+            cols["store_host"],
+            cols["has_tags"],
+            self.topic_ids,
+            self.topics,
+            self.host_ids,
+            self.hosts,
+            _host_text,
+        )
         if count == 0:
             return None, pos, stop
         c = {k: v[:count] for k, v in cols.items()}
-        batch = pa.RecordBatch.from_arrays([
-            pc.take(pa.array(self.topics, pa.string()), pa.array(c["topic_id"])),
-            pa.array(c["queue_id"]), pa.array(c["queue_offset"]), pa.array(c["phy"]),
-            _strings(count, *strings["msg_id"]),
-            _keys(count, *strings["keys"]),
-            _strings(count, *strings["tags"], valid=c["has_tags"]),
-            _props(count, *strings["properties"]),
-            pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(strings["body"][0]), pa.py_buffer(strings["body"][1])]),
-            pa.array(c["born_ts"] * 1000, TS), pa.array(c["store_ts"] * 1000, TS),
-            pc.take(pa.array(self.hosts, pa.string()), pa.array(c["born_host"])),
-            pc.take(pa.array(self.hosts, pa.string()), pa.array(c["store_host"])),
-            pa.array(c["flag"]), pa.array(c["sys_flag"]), pa.array(c["reconsume"]), pa.array(c["store_size"]),
-        ], schema=ARROW)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pc.take(pa.array(self.topics, pa.string()), pa.array(c["topic_id"])),
+                pa.array(c["queue_id"]),
+                pa.array(c["queue_offset"]),
+                pa.array(c["phy"]),
+                _strings(count, *strings["msg_id"]),
+                _keys(count, *strings["keys"]),
+                _strings(count, *strings["tags"], valid=c["has_tags"]),
+                _props(count, *strings["properties"]),
+                pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(strings["body"][0]), pa.py_buffer(strings["body"][1])]),
+                pa.array(c["born_ts"] * 1000, TS),
+                pa.array(c["store_ts"] * 1000, TS),
+                pc.take(pa.array(self.hosts, pa.string()), pa.array(c["born_host"])),
+                pc.take(pa.array(self.hosts, pa.string()), pa.array(c["store_host"])),
+                pa.array(c["flag"]),
+                pa.array(c["sys_flag"]),
+                pa.array(c["reconsume"]),
+                pa.array(c["store_size"]),
+            ],
+            schema=ARROW,
+        )
         return batch, pos, stop
 
     def _decode_python(self, buf, start, limit, max_rows, queued_only):
@@ -82,25 +124,28 @@ class Decoder:
 
 
 def batch_from_messages(msgs: list[codec.StoredMessage]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([
-        pa.array([m.topic for m in msgs], pa.string()),
-        pa.array([m.queue_id for m in msgs], pa.int32()),
-        pa.array([m.queue_offset for m in msgs], pa.int64()),
-        pa.array([m.commitlog_offset for m in msgs], pa.int64()),
-        pa.array([m.msg_id for m in msgs], pa.string()),
-        pa.array([m.user_keys for m in msgs], KEYS),
-        pa.array([m.tags for m in msgs], pa.string()),
-        pa.array([list(m.properties.items()) for m in msgs], PROPS),
-        pa.array([m.body for m in msgs], pa.binary()),
-        pa.array([m.born_timestamp * 1000 for m in msgs], TS),
-        pa.array([m.store_timestamp * 1000 for m in msgs], TS),
-        pa.array([codec.host_str(m.born_host) for m in msgs], pa.string()),
-        pa.array([codec.host_str(m.store_host) for m in msgs], pa.string()),
-        pa.array([m.flag for m in msgs], pa.int32()),
-        pa.array([m.sys_flag for m in msgs], pa.int32()),
-        pa.array([m.reconsume_times for m in msgs], pa.int32()),
-        pa.array([m.store_size for m in msgs], pa.int32()),
-    ], schema=ARROW)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([m.topic for m in msgs], pa.string()),
+            pa.array([m.queue_id for m in msgs], pa.int32()),
+            pa.array([m.queue_offset for m in msgs], pa.int64()),
+            pa.array([m.commitlog_offset for m in msgs], pa.int64()),
+            pa.array([m.msg_id for m in msgs], pa.string()),
+            pa.array([m.user_keys for m in msgs], KEYS),
+            pa.array([m.tags for m in msgs], pa.string()),
+            pa.array([list(m.properties.items()) for m in msgs], PROPS),
+            pa.array([m.body for m in msgs], pa.binary()),
+            pa.array([m.born_timestamp * 1000 for m in msgs], TS),
+            pa.array([m.store_timestamp * 1000 for m in msgs], TS),
+            pa.array([codec.host_str(m.born_host) for m in msgs], pa.string()),
+            pa.array([codec.host_str(m.store_host) for m in msgs], pa.string()),
+            pa.array([m.flag for m in msgs], pa.int32()),
+            pa.array([m.sys_flag for m in msgs], pa.int32()),
+            pa.array([m.reconsume_times for m in msgs], pa.int32()),
+            pa.array([m.store_size for m in msgs], pa.int32()),
+        ],
+        schema=ARROW,
+    )
 
 
 def _host_text(raw: bytes) -> str:
@@ -123,5 +168,6 @@ def _keys(n: int, list_offsets: bytes, value_offsets: bytes, data: bytes) -> pa.
 
 def _props(n: int, map_offsets: bytes, k_off: bytes, k: bytes, v_off: bytes, v: bytes) -> pa.Array:
     count = len(k_off) // 4 - 1
-    return pa.MapArray.from_arrays(pa.array(np.frombuffer(map_offsets, np.int32)), _strings(count, k_off, k),
-                                   _strings(count, v_off, v), type=PROPS)
+    return pa.MapArray.from_arrays(
+        pa.array(np.frombuffer(map_offsets, np.int32)), _strings(count, k_off, k), _strings(count, v_off, v), type=PROPS
+    )

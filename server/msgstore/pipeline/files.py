@@ -3,17 +3,60 @@ which ``msgstore pipeline verify`` joins against the records."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
-from typing import Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
 
 from ..record import codec
 from ..store.consume_queue import FILLER_SIZE, UNIT_DTYPE
-from ..store.index import ENTRY_DTYPE, HEADER_SIZE, _HEADER
+from ..store.index import _HEADER, ENTRY_DTYPE, HEADER_SIZE
+from ..store.layout import CQ_UNIT_SIZE, index_geometry
+from ..store.layout import segment_files as segment_names
+from ..store.offline import store_layout
 from . import schema
+
+
+@dataclass
+class SegmentFile(InputPartition):
+    path: str
+    start: int
+
+
+def segment_files(path: str) -> list[SegmentFile]:
+    """The commit-log segments of a store root (wherever its settings put them), or of a
+    directory of archived segment files named by start offset; empty files are left out."""
+    from .options import OptionError
+
+    if not os.path.isdir(path):
+        raise OptionError("path", f"{path} is not a directory")
+    _cfg, layout = store_layout(path)
+    directory = layout.commitlog_dir if os.path.isdir(layout.commitlog_dir) else path
+    return [
+        SegmentFile(os.path.join(directory, n), int(n)) for n in segment_names(directory) if os.path.getsize(os.path.join(directory, n)) > 0
+    ]
+
+
+@contextlib.contextmanager
+def mapped(path: str) -> Iterator[tuple[mmap.mmap | None, int]]:
+    """A segment file mapped read-only, with its size (None for an empty file). Closing
+    tolerates Arrow buffers still viewing the map: they keep it alive until they go."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
+    try:
+        yield mm, size
+    finally:
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass
 
 
 def read_kind(kind: str, root: str) -> Iterator[pa.RecordBatch]:
@@ -26,75 +69,66 @@ def read_kind(kind: str, root: str) -> Iterator[pa.RecordBatch]:
 
 
 def consume_queue_units(root: str) -> Iterator[pa.RecordBatch]:
-    base = os.path.join(root, "consumequeue")
-    if not os.path.isdir(base):
-        return
-    for topic in sorted(os.listdir(base)):
-        for q in sorted(os.listdir(os.path.join(base, topic))):
-            qdir = os.path.join(base, topic, q)
-            if not q.isdigit() or not os.path.isdir(qdir):
+    _cfg, layout = store_layout(root)
+    for topic, q, qdir in layout.queue_dirs():
+        for name in segment_names(qdir):
+            with open(os.path.join(qdir, name), "rb") as f:
+                data = f.read()
+            units = np.frombuffer(data[: len(data) - len(data) % CQ_UNIT_SIZE], dtype=UNIT_DTYPE)
+            valid = (units["phy"] >= 0) & (units["size"] > 0)
+            n = len(units) if valid.all() else int(np.argmin(valid))
+            units = units[:n]
+            offsets = int(name) // CQ_UNIT_SIZE + np.arange(n, dtype=np.int64)
+            real = ~((units["phy"] == 0) & (units["size"] == FILLER_SIZE))
+            if not real.any():
                 continue
-            for name in sorted(n for n in os.listdir(qdir) if n.isdigit()):
-                with open(os.path.join(qdir, name), "rb") as f:
-                    data = f.read()
-                units = np.frombuffer(data[: len(data) - len(data) % 20], dtype=UNIT_DTYPE)
-                valid = (units["phy"] >= 0) & (units["size"] > 0)
-                n = len(units) if valid.all() else int(np.argmin(valid))
-                units = units[:n]
-                offsets = int(name) // 20 + np.arange(n, dtype=np.int64)
-                real = ~((units["phy"] == 0) & (units["size"] == FILLER_SIZE))
-                if not real.any():
-                    continue
-                units, offsets = units[real], offsets[real]
-                yield pa.RecordBatch.from_arrays([
-                    pa.array([topic] * len(units), pa.string()), pa.array(np.full(len(units), int(q), np.int32)),
-                    pa.array(offsets), pa.array(units["phy"].astype(np.int64)), pa.array(units["size"].astype(np.int32)),
-                    pa.array(units["tag"].astype(np.int64))], schema=schema.CONSUMEQUEUE_ARROW)
+            units, offsets = units[real], offsets[real]
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([topic] * len(units), pa.string()),
+                    pa.array(np.full(len(units), q, np.int32)),
+                    pa.array(offsets),
+                    pa.array(units["phy"].astype(np.int64)),
+                    pa.array(units["size"].astype(np.int32)),
+                    pa.array(units["tag"].astype(np.int64)),
+                ],
+                schema=schema.CONSUMEQUEUE_ARROW,
+            )
 
 
 def index_entries(root: str) -> Iterator[pa.RecordBatch]:
-    base = os.path.join(root, "index")
-    if not os.path.isdir(base):
-        return
-    for name in sorted(n for n in os.listdir(base) if n.isdigit()):
-        path = os.path.join(base, name)
+    cfg, layout = store_layout(root)
+    for path in layout.index_files():
+        name = os.path.basename(path)
         with open(path, "rb") as f:
             header = f.read(HEADER_SIZE)
             if len(header) < HEADER_SIZE:
                 continue
             _bt, _et, begin_phy, _ep, _slots_used, count = _HEADER.unpack(header)
             size = os.fstat(f.fileno()).st_size
-            slots = _slot_count(size)
-            if slots is None or count <= 1:
+            geometry = index_geometry(size, cfg.maxHashSlotNum, cfg.maxIndexNum)
+            if geometry is None or count <= 1:
                 continue
             mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         try:
-            start = HEADER_SIZE + slots * 4 + 20
-            entries = np.frombuffer(mm[start:start + (count - 1) * 20], dtype=ENTRY_DTYPE)
+            start = HEADER_SIZE + geometry[0] * 4 + 20
+            entries = np.frombuffer(mm[start : start + (count - 1) * 20], dtype=ENTRY_DTYPE)
         finally:
             mm.close()
         n = len(entries)
-        yield pa.RecordBatch.from_arrays([
-            pa.array([name] * n, pa.string()), pa.array(entries["hash"].astype(np.int32)),
-            pa.array(entries["phy"].astype(np.int64)), pa.array(np.full(n, begin_phy, np.int64))], schema=schema.INDEX_ARROW)
-
-
-def _slot_count(size: int) -> int | None:
-    """Index geometry from the file size (the reference's 4 entries per slot, or config)."""
-    from ..store.config import StoreConfig
-
-    cfg = StoreConfig()
-    if HEADER_SIZE + cfg.maxHashSlotNum * 4 + cfg.maxIndexNum * 20 == size:
-        return cfg.maxHashSlotNum
-    if (size - HEADER_SIZE) % 84 == 0:
-        return (size - HEADER_SIZE) // 84
-    return None
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([name] * n, pa.string()),
+                pa.array(entries["hash"].astype(np.int32)),
+                pa.array(entries["phy"].astype(np.int64)),
+                pa.array(np.full(n, begin_phy, np.int64)),
+            ],
+            schema=schema.INDEX_ARROW,
+        )
 
 
 def record_key_hashes(root: str) -> Iterator[pa.RecordBatch]:
     """(commit-log offset, topic, key, index hash) for every key of every record."""
-    from .source import mapped, segment_files
-
     for part in segment_files(root):
         with mapped(part.path) as (mm, size):
             pos = 0
@@ -112,9 +146,15 @@ def record_key_hashes(root: str) -> Iterator[pa.RecordBatch]:
                             last = o
                         keys.append(next(ks))
                         topics.append(cols.topic(o))
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array(phys), pa.array(topics, pa.string()), pa.array(keys, pa.string()),
-                        pa.array(cols.key_hashes.astype(np.int32))], schema=schema.KEYHASH_ARROW)
+                    yield pa.RecordBatch.from_arrays(
+                        [
+                            pa.array(phys),
+                            pa.array(topics, pa.string()),
+                            pa.array(keys, pa.string()),
+                            pa.array(cols.key_hashes.astype(np.int32)),
+                        ],
+                        schema=schema.KEYHASH_ARROW,
+                    )
                 pos = end
                 if stop != "limit":
                     break

@@ -8,8 +8,9 @@ Offsets: ``earliest``, ``latest`` or JSON per topic and queue, e.g.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 EARLIEST, LATEST = -2, -1
 
@@ -101,7 +102,7 @@ class ReaderOptions:
     server_name: str | None
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any], streaming: bool = False) -> "ReaderOptions":
+    def parse(cls, options: Mapping[str, Any], streaming: bool = False) -> ReaderOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
         endpoints = tuple(e.strip() for e in (opts.get("endpoints") or "").split(",") if e.strip())
         path = opts.get("path") or None
@@ -123,19 +124,33 @@ class ReaderOptions:
         if kind != "messages" and not path:
             raise OptionError("kind", f"{kind} is read from a store directory ('path')")
         return cls(
-            endpoints=endpoints, path=path, topics=topics, kind=kind,
+            endpoints=endpoints,
+            path=path,
+            topics=topics,
+            kind=kind,
             starting=parse_bound("startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest"),
             ending=parse_bound("endingOffsets", opts.get("endingoffsets"), "latest"),
-            starting_ts=_int(opts, "startingTimestamp", None), ending_ts=_int(opts, "endingTimestamp", None),
+            starting_ts=_int(opts, "startingTimestamp", None),
+            ending_ts=_int(opts, "endingTimestamp", None),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             max_per_partition=_int(opts, "maxMessagesPerPartition", 100_000, 1),
             max_per_trigger=_int(opts, "maxOffsetsPerTrigger", None, 1),
-            token=opts.get("token"), tls_ca=opts.get("tlsca"), tls_cert=opts.get("tlscert"), tls_key=opts.get("tlskey"),
+            token=opts.get("token"),
+            tls_ca=opts.get("tlsca"),
+            tls_cert=opts.get("tlscert"),
+            tls_key=opts.get("tlskey"),
             server_name=opts.get("servername"),
         )
 
     def client(self, endpoints=None):
         from ..client import Client
 
-        return Client(list(endpoints or self.endpoints), token=self.token, tls_ca=self.tls_ca, tls_cert=self.tls_cert,
-                      tls_key=self.tls_key, server_name=self.server_name, timeout=60)
+        return Client(
+            list(endpoints or self.endpoints),
+            token=self.token,
+            tls_ca=self.tls_ca,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            server_name=self.server_name,
+            timeout=60,
+        )

@@ -31,8 +31,7 @@ def quiet_conf_dir() -> str:
     return directory
 
 
-def spark_session(master: str | None = None, app: str = "msgstore", extra: dict[str, str] | None = None,
-                  test_jvm: bool = False):
+def spark_session(master: str | None = None, app: str = "msgstore", extra: dict[str, str] | None = None, test_jvm: bool = False):
     os.environ.setdefault("SPARK_CONF_DIR", quiet_conf_dir())
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or __import__("sys").executable)
     local = master is None or master.startswith("local")
@@ -46,8 +45,7 @@ def spark_session(master: str | None = None, app: str = "msgstore", extra: dict[
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     if test_jvm:  # faster start-up, slower heavy jobs: for tests only
         opts = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-        conf.update({"spark.driver.extraJavaOptions": opts, "spark.executor.extraJavaOptions": opts,
-                     "spark.sql.shuffle.partitions": "2"})
+        conf.update({"spark.driver.extraJavaOptions": opts, "spark.executor.extraJavaOptions": opts, "spark.sql.shuffle.partitions": "2"})
     conf.update(extra or {})
     for k, v in conf.items():
         b = b.config(k, v)

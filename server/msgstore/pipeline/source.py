@@ -8,12 +8,9 @@ partition per segment file).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import mmap
-import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +19,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from . import schema as cols
 from .columns import BATCH_ROWS, Decoder
-from .options import EARLIEST, LATEST, OptionError, ReaderOptions
+from .files import SegmentFile, mapped, read_kind, segment_files
+from .options import EARLIEST, LATEST, ReaderOptions
 
 try:  # Spark ≥ 4.2
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -31,6 +29,7 @@ except ImportError:  # pragma: no cover
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
+
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +51,6 @@ class QueueRange(InputPartition):
 
 
 @dataclass
-class SegmentFile(InputPartition):
-    path: str
-    start: int
-
-
-@dataclass
 class StoreDir(InputPartition):
     root: str
 
@@ -69,13 +62,12 @@ class MsgStoreDataSource(DataSource):
 
     def schema(self) -> str:
         kind = (self.options.get("kind") or "messages").lower()
-        return {"consumequeue": cols.CONSUMEQUEUE_DDL, "index": cols.INDEX_DDL,
-                "keyhashes": cols.KEYHASH_DDL}.get(kind, cols.DDL)
+        return {"consumequeue": cols.CONSUMEQUEUE_DDL, "index": cols.INDEX_DDL, "keyhashes": cols.KEYHASH_DDL}.get(kind, cols.DDL)
 
-    def reader(self, schema) -> "BatchReader":
+    def reader(self, schema) -> BatchReader:
         return BatchReader(ReaderOptions.parse(self.options))
 
-    def streamReader(self, schema) -> "StreamReader":
+    def streamReader(self, schema) -> StreamReader:
         return StreamReader(ReaderOptions.parse(self.options, streaming=True))
 
 
@@ -108,8 +100,10 @@ def check_data_loss(opts: ReaderOptions, topic: str, node: str, queue_id: int, s
     """The start to use when retention already deleted [start, lo)."""
     if start >= lo:
         return start
-    message = (f"msgstore: topic {topic} queue {queue_key(node, queue_id)}: offsets {start}..{lo - 1} were deleted "
-               f"by retention (the queue now starts at {lo})")
+    message = (
+        f"msgstore: topic {topic} queue {queue_key(node, queue_id)}: offsets {start}..{lo - 1} were deleted "
+        f"by retention (the queue now starts at {lo})"
+    )
     if opts.fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to skip them")
     log.warning("%s; skipped (failOnDataLoss=false)", message)
@@ -136,15 +130,6 @@ def plan_queues(opts: ReaderOptions) -> list[QueueRange]:
         client.close()
 
 
-def segment_files(path: str) -> list[SegmentFile]:
-    """A store root (its commitlog/) or a directory of segment files named by start offset."""
-    directory = os.path.join(path, "commitlog") if os.path.isdir(os.path.join(path, "commitlog")) else path
-    if not os.path.isdir(directory):
-        raise OptionError("path", f"{path} is not a directory")
-    names = sorted(n for n in os.listdir(directory) if n.isdigit() and os.path.getsize(os.path.join(directory, n)) > 0)
-    return [SegmentFile(os.path.join(directory, n), int(n)) for n in names]
-
-
 # ------------------------------------------------------------------------------------------ reading
 
 
@@ -159,8 +144,14 @@ def read_queue_range(opts: ReaderOptions, part: QueueRange) -> Iterator[pa.Recor
         pending: list[bytes] = []
         pending_rows = 0
         while offset < part.end:
-            req = pb.PullRequest(topic=part.topic, queue_id=part.queue_id, offset=offset,
-                                 max_messages=min(PULL_MAX, part.end - offset), raw=True, group="msgstore-spark")
+            req = pb.PullRequest(
+                topic=part.topic,
+                queue_id=part.queue_id,
+                offset=offset,
+                max_messages=min(PULL_MAX, part.end - offset),
+                raw=True,
+                group="msgstore-spark",
+            )
             resp = stub.Pull(req, timeout=60, metadata=client.security.data_metadata() or None)
             status = pb.PullStatus.Name(resp.status)
             if status in ("OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING"):
@@ -231,27 +222,9 @@ class Filters:
             if bounds is None:
                 lo = self.opts.starting.for_queue(t, "*", q)
                 hi = self.opts.ending.for_queue(t, "*", q)
-                bounds = cache[(t, q)] = (lo if lo is not None and lo >= 0 else 0,
-                                          hi if hi is not None and hi >= 0 else 2**62)
+                bounds = cache[(t, q)] = (lo if lo is not None and lo >= 0 else 0, hi if hi is not None and hi >= 0 else 2**62)
             keep[i] = bounds[0] <= offs[i] < bounds[1]
         return keep
-
-
-@contextlib.contextmanager
-def mapped(path: str) -> Iterator[tuple[mmap.mmap | None, int]]:
-    """A segment file mapped read-only, with its size (None for an empty file). Closing
-    tolerates Arrow buffers still viewing the map: they keep it alive until they go."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
-    try:
-        yield mm, size
-    finally:
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass
 
 
 def read_segment(opts: ReaderOptions, part: SegmentFile) -> Iterator[pa.RecordBatch]:
@@ -290,8 +263,6 @@ class BatchReader(DataSourceReader):
         elif isinstance(partition, SegmentFile):
             yield from read_segment(o, partition)
         elif isinstance(partition, StoreDir) and partition.root and o.kind != "messages":
-            from .files import read_kind
-
             yield from read_kind(o.kind, partition.root)
 
 

@@ -13,13 +13,30 @@ def compute(df) -> list[dict]:
     from pyspark.sql import functions as F
 
     size = F.length("body")
-    rows = (df.groupBy("topic", F.date_trunc("hour", "store_timestamp").alias("hour"))
-            .agg(F.count(F.lit(1)).alias("messages"), F.sum(size).alias("bytes"),
-                 F.percentile_approx(size, [0.5, 0.9, 0.99], 100000).alias("pct"), F.max(size).alias("max_size"))
-            .orderBy("topic", "hour").collect())
-    return [{"topic": r["topic"], "hour": r["hour"].strftime("%Y-%m-%d %H:00"), "messages": r["messages"],
-             "bytes": r["bytes"] or 0, "p50": r["pct"][0], "p90": r["pct"][1], "p99": r["pct"][2], "max_size": r["max_size"]}
-            for r in rows]
+    rows = (
+        df.groupBy("topic", F.date_trunc("hour", "store_timestamp").alias("hour"))
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum(size).alias("bytes"),
+            F.percentile_approx(size, [0.5, 0.9, 0.99], 100000).alias("pct"),
+            F.max(size).alias("max_size"),
+        )
+        .orderBy("topic", "hour")
+        .collect()
+    )
+    return [
+        {
+            "topic": r["topic"],
+            "hour": r["hour"].strftime("%Y-%m-%d %H:00"),
+            "messages": r["messages"],
+            "bytes": r["bytes"] or 0,
+            "p50": r["pct"][0],
+            "p90": r["pct"][1],
+            "p99": r["pct"][2],
+            "max_size": r["max_size"],
+        }
+        for r in rows
+    ]
 
 
 def write(rows: list[dict], out: str) -> tuple[str, str]:

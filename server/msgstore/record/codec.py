@@ -1,4 +1,4 @@
-"""Commit-log record format (STORE_SPEC §2), byte-compatible with RocketMQ.
+"""Commit-log record format (docs/store-format.md §2), byte-compatible with RocketMQ.
 
 Everything that knows where a field sits inside a record lives here, so the commit log, the
 dispatcher, recovery, the API and the Spark pipeline all decode through the same code.
@@ -8,25 +8,56 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import mmap
 import os
 import re
 import socket
 import struct
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
 
 try:  # zlib-ng computes the same CRC-32 about 3x faster than CPython's zlib on 1 KiB bodies.
     from zlib_ng.zlib_ng import crc32 as _crc32
 except ImportError:  # pragma: no cover - the dependency is pinned, this is only a safety net
     _crc32 = zlib.crc32
 
+_native: ModuleType | None
 try:  # compiled hot loops (see _native.pyx); this module is their reference and fallback
     if os.environ.get("MSGSTORE_PURE_PYTHON") == "1":
         raise ImportError("pure Python requested")
-    from . import _native
+    from . import _native  # type: ignore[attr-defined,no-redef]
 except ImportError:
     _native = None
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap  # what records are read from and written as
+
+
+class Batch(Protocol):
+    """A batch of records for one queue, encoded but for its positions: :class:`PreparedBatch`,
+    or its compiled twin ``_native.Prepared`` (the server transcodes SendRequests into those)."""
+
+    topic: str
+    queue_id: int
+    total: int
+    sizes: list[int]
+    tags_codes: list[int]
+    sys_flags: list[int]
+    takes_offset: list[bool]
+    key_hashes: list[int]
+    key_owner: list[int]
+    count_offsets: int
+    wait_flush: bool
+
+    def __len__(self) -> int: ...
+
+    def finalize(self, queue_offset: int, phy_offset: int, store_ts: int) -> Any: ...
+
 
 MAGIC_V1 = -626843481  # 0xDAA320A7 as a signed int
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -94,7 +125,7 @@ def tags_code(tags: str | None) -> int:
     return jhash(tags) if tags else 0
 
 
-def jhash_many(strings: Sequence[str]):
+def jhash_many(strings: Sequence[str]) -> np.ndarray:
     """Vectorised ``jhash`` for a batch of keys (the index hashes every key of every record).
 
     The hash is sum(c_i * 31^(n-1-i)) mod 2^32, so with uint32 arithmetic it becomes one
@@ -128,7 +159,7 @@ def jhash_many(strings: Sequence[str]):
 
 
 @functools.lru_cache(maxsize=8)
-def _pow31_cached(n: int):
+def _pow31_cached(n: int) -> np.ndarray:
     import numpy as np
 
     out = np.ones(n, dtype=np.uint32)
@@ -137,7 +168,7 @@ def _pow31_cached(n: int):
     return out
 
 
-def _pow31(max_len: int):
+def _pow31(max_len: int) -> np.ndarray:
     size = 64
     while size < max_len:
         size *= 4
@@ -295,7 +326,7 @@ class Message:
 
 
 class StoredMessage(NamedTuple):
-    """A record decoded from the commit log, with every field of STORE_SPEC §2.
+    """A record decoded from the commit log, with every field of docs/store-format.md §2.
 
     A named tuple rather than a dataclass: pulls decode hundreds of thousands per second, and
     a tuple can be built in C without running a Python ``__init__``.
@@ -380,7 +411,7 @@ def host_bytes_cached(host: tuple[str, int]) -> bytes:
 
 @functools.lru_cache(maxsize=4096)
 def _tags_only_part(tag: str) -> bytes:
-    pb = f"TAGS\x01{tag}\x02".encode("utf-8")
+    pb = f"TAGS\x01{tag}\x02".encode()
     return len(pb).to_bytes(2, "big") + pb
 
 
@@ -404,13 +435,35 @@ class PreparedBatch:
     """
 
     __slots__ = (
-        "topic", "topic_part", "queue_id", "v2", "bodies", "props_parts", "crcs", "flags", "sys_flags",
-        "born_ts", "born_hosts", "reconsumes", "prepared", "sizes", "total", "tags_codes", "keys",
-        "takes_offset", "wait_flush", "count_offsets", "uniform", "store_host", "key_hashes", "key_owner",
+        "topic",
+        "topic_part",
+        "queue_id",
+        "v2",
+        "bodies",
+        "props_parts",
+        "crcs",
+        "flags",
+        "sys_flags",
+        "born_ts",
+        "born_hosts",
+        "reconsumes",
+        "prepared",
+        "sizes",
+        "total",
+        "tags_codes",
+        "keys",
+        "takes_offset",
+        "wait_flush",
+        "count_offsets",
+        "uniform",
+        "store_host",
+        "key_hashes",
+        "key_owner",
     )
 
-    def __init__(self, topic: str, queue_id: int, msgs: Sequence[Message], store_host: bytes, now_ms: int,
-                 v2: bool = False, max_body: int = 1 << 62):
+    def __init__(
+        self, topic: str, queue_id: int, msgs: Sequence[Message], store_host: bytes, now_ms: int, v2: bool = False, max_body: int = 1 << 62
+    ):
         self.topic = topic
         self.store_host = store_host
         store_v6 = len(store_host) != 8
@@ -421,19 +474,32 @@ class PreparedBatch:
         store_len = 20 if store_v6 else 8
         store_flag = FLAG_STOREHOST_V6 if store_v6 else 0
         fixed = 72 + len(topic_part) + store_len
-        bodies = self.bodies = []
-        crcs = self.crcs = []
-        flags = self.flags = []
-        sys_flags = self.sys_flags = []
-        born_ts = self.born_ts = []
-        born_hosts = self.born_hosts = []
-        reconsumes = self.reconsumes = []
-        prepared = self.prepared = []
-        props_parts = self.props_parts = []
-        tags_codes = self.tags_codes = []
-        keys = self.keys = []
-        sizes = self.sizes = []
-        takes = self.takes_offset = []
+        bodies: list[bytes] = []
+        self.bodies = bodies
+        crcs: list[int] = []
+        self.crcs = crcs
+        flags: list[int] = []
+        self.flags = flags
+        sys_flags: list[int] = []
+        self.sys_flags = sys_flags
+        born_ts: list[int] = []
+        self.born_ts = born_ts
+        born_hosts: list[bytes] = []
+        self.born_hosts = born_hosts
+        reconsumes: list[int] = []
+        self.reconsumes = reconsumes
+        prepared: list[int] = []
+        self.prepared = prepared
+        props_parts: list[bytes] = []
+        self.props_parts = props_parts
+        tags_codes: list[int] = []
+        self.tags_codes = tags_codes
+        keys: list[list[str] | None] = []
+        self.keys = keys
+        sizes: list[int] = []
+        self.sizes = sizes
+        takes: list[bool] = []
+        self.takes_offset = takes
         wait = True
         total = 0
         uniform = True  # all hosts IPv4 and no transactions: the fast encode path applies
@@ -525,8 +591,25 @@ class PreparedBatch:
             pack = _header_struct(8, 8).pack
             for i, size in enumerate(self.sizes):
                 body = bodies[i]
-                append(pack(size, magic, crcs[i], qid, flags[i], queue_offset + i, phy, sys_flags[i],
-                            born_ts[i], born_hosts[i], store_ts, store_host, reconsumes[i], prepared[i], len(body)))
+                append(
+                    pack(
+                        size,
+                        magic,
+                        crcs[i],
+                        qid,
+                        flags[i],
+                        queue_offset + i,
+                        phy,
+                        sys_flags[i],
+                        born_ts[i],
+                        born_hosts[i],
+                        store_ts,
+                        store_host,
+                        reconsumes[i],
+                        prepared[i],
+                        len(body),
+                    )
+                )
                 append(body)
                 append(topic_part)
                 append(props[i])
@@ -538,9 +621,25 @@ class PreparedBatch:
         for i, size in enumerate(self.sizes):
             born = born_hosts[i]
             body = bodies[i]
-            append(_header_struct(len(born), store_len).pack(
-                size, magic, crcs[i], qid, flags[i], qoff if takes[i] else 0, phy, sys_flags[i],
-                born_ts[i], born, store_ts, store_host, reconsumes[i], prepared[i], len(body)))
+            append(
+                _header_struct(len(born), store_len).pack(
+                    size,
+                    magic,
+                    crcs[i],
+                    qid,
+                    flags[i],
+                    qoff if takes[i] else 0,
+                    phy,
+                    sys_flags[i],
+                    born_ts[i],
+                    born,
+                    store_ts,
+                    store_host,
+                    reconsumes[i],
+                    prepared[i],
+                    len(body),
+                )
+            )
             append(body)
             append(topic_part)
             append(props[i])
@@ -550,12 +649,13 @@ class PreparedBatch:
         return bytearray(b"".join(parts))
 
 
-def prepare_batch(topic: str, queue_id: int, msgs: Sequence[Message], store_host: bytes, now_ms: int,
-                  max_body: int = 1 << 62, v2: bool = False):
+def prepare_batch(
+    topic: str, queue_id: int, msgs: Sequence[Message], store_host: bytes, now_ms: int, max_body: int = 1 << 62, v2: bool = False
+) -> Batch:
     """A prepared batch (compiled when available); raises :class:`BatchError`."""
     if _native is not None:
-        return _native.prepare(list(msgs), topic, queue_id, store_host, now_ms, max_body, v2, _crc32,
-                               host_bytes_cached, BatchError)
+        batch: Batch = _native.prepare(list(msgs), topic, queue_id, store_host, now_ms, max_body, v2, _crc32, host_bytes_cached, BatchError)
+        return batch
     return PreparedBatch(topic, queue_id, msgs, store_host, now_ms, v2, max_body)
 
 
@@ -576,7 +676,16 @@ def blank_record(remaining: int) -> bytes:
 class RecordLayout:
     """Offsets of the variable-position fields of one record, derived from its SYSFLAG/MAGIC."""
 
-    __slots__ = ("born_len", "store_len", "off_store_ts", "off_store_host", "off_reconsume", "off_prepared", "off_body_len", "topic_len_size")
+    __slots__ = (
+        "born_len",
+        "store_len",
+        "off_store_ts",
+        "off_store_host",
+        "off_reconsume",
+        "off_prepared",
+        "off_body_len",
+        "topic_len_size",
+    )
 
     def __init__(self, sys_flag: int, magic: int):
         self.born_len = 20 if sys_flag & FLAG_BORNHOST_V6 else 8
@@ -603,33 +712,52 @@ def layout(sys_flag: int, magic: int) -> RecordLayout:
 _S_FIXED = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
 
 
-def decode(buf, pos: int = 0, *, with_body: bool = True) -> StoredMessage:
+def decode(buf: Buffer, pos: int = 0, *, with_body: bool = True) -> StoredMessage:
     """Decode one record starting at ``pos`` (no CRC check; see :func:`check`)."""
     size, magic, crc, qid, flag, qoff, phy, sysflag, born_ts = _S_FIXED.unpack_from(buf, pos)
     lay = layout(sysflag, magic)
-    born = host_from_bytes(bytes(buf[pos + OFF_BORNHOST: pos + OFF_BORNHOST + lay.born_len]))
+    born = host_from_bytes(bytes(buf[pos + OFF_BORNHOST : pos + OFF_BORNHOST + lay.born_len]))
     store_ts = _S_LONG.unpack_from(buf, pos + lay.off_store_ts)[0]
-    store_raw = bytes(buf[pos + lay.off_store_host: pos + lay.off_store_host + lay.store_len])
+    store_raw = bytes(buf[pos + lay.off_store_host : pos + lay.off_store_host + lay.store_len])
     reconsume = _S_INT.unpack_from(buf, pos + lay.off_reconsume)[0]
     prepared = _S_LONG.unpack_from(buf, pos + lay.off_prepared)[0]
     body_len = _S_INT.unpack_from(buf, pos + lay.off_body_len)[0]
     p = pos + lay.off_body_len + 4
-    body = bytes(buf[p: p + body_len]) if with_body else b""
+    body = bytes(buf[p : p + body_len]) if with_body else b""
     p += body_len
-    tlen = int.from_bytes(buf[p: p + lay.topic_len_size], "big")
+    tlen = int.from_bytes(buf[p : p + lay.topic_len_size], "big")
     p += lay.topic_len_size
-    topic = bytes(buf[p: p + tlen]).decode("utf-8", "replace")
+    topic = bytes(buf[p : p + tlen]).decode("utf-8", "replace")
     p += tlen
-    plen = int.from_bytes(buf[p: p + 2], "big")
-    props = parse_properties(bytes(buf[p + 2: p + 2 + plen])) if plen else {}
-    return StoredMessage(size, magic, crc, qid, flag, qoff, phy, sysflag, born_ts, born, store_ts,
-                         host_from_bytes(store_raw), reconsume, prepared, body, topic, props, message_id(store_raw, phy))
+    plen = int.from_bytes(buf[p : p + 2], "big")
+    props = parse_properties(bytes(buf[p + 2 : p + 2 + plen])) if plen else {}
+    return StoredMessage(
+        size,
+        magic,
+        crc,
+        qid,
+        flag,
+        qoff,
+        phy,
+        sysflag,
+        born_ts,
+        born,
+        store_ts,
+        host_from_bytes(store_raw),
+        reconsume,
+        prepared,
+        body,
+        topic,
+        props,
+        message_id(store_raw, phy),
+    )
 
 
 def decode_records(data: bytes | memoryview) -> list[StoredMessage]:
     """Consecutive whole records (a raw pull's ``records``) as messages; compiled when available."""
     if _native is not None:
-        return _native.decode_records(data, StoredMessage, _HOSTS, host_from_bytes)
+        decoded: list[StoredMessage] = _native.decode_records(data, StoredMessage, _HOSTS, host_from_bytes)
+        return decoded
     out = []
     pos = 0
     n = len(data)
@@ -643,14 +771,15 @@ def decode_records(data: bytes | memoryview) -> list[StoredMessage]:
 _HOSTS: dict[bytes, tuple[str, int]] = {}  # host bytes → (address, port), shared by every decode
 
 
-def store_timestamp_of(buf, pos: int = 0) -> int:
+def store_timestamp_of(buf: Buffer, pos: int = 0) -> int:
     sysflag = _S_INT.unpack_from(buf, pos + OFF_SYSFLAG)[0]
     off = OFF_BORNHOST + (20 if sysflag & FLAG_BORNHOST_V6 else 8)
-    return _S_LONG.unpack_from(buf, pos + off)[0]
+    ts: int = _S_LONG.unpack_from(buf, pos + off)[0]
+    return ts
 
 
-def check(buf, pos: int, limit: int, check_crc: bool) -> tuple[int, bool]:
-    """STORE_SPEC §2 record validation → (size, ok).
+def check(buf: Buffer, pos: int, limit: int, check_crc: bool) -> tuple[int, bool]:
+    """docs/store-format.md §2 record validation → (size, ok).
 
     (-1, False) unreadable / bad magic / bad CRC; (0, True) BLANK; (TOTALSIZE, False) when the
     recomputed length disagrees; (TOTALSIZE, True) for a good record.
@@ -677,14 +806,14 @@ def check(buf, pos: int, limit: int, check_crc: bool) -> tuple[int, bool]:
         return total, False
     if check_crc:
         body_crc = _S_INT.unpack_from(buf, pos + OFF_BODYCRC)[0]
-        if _crc32(buf[p: p + body_len]) & 0x7FFFFFFF != body_crc:
+        if _crc32(buf[p : p + body_len]) & 0x7FFFFFFF != body_crc:
             return -1, False
     p += body_len
-    tlen = int.from_bytes(buf[p: p + lay.topic_len_size], "big")
+    tlen = int.from_bytes(buf[p : p + lay.topic_len_size], "big")
     p += lay.topic_len_size + tlen
     if p + 2 > pos + total:
         return total, False
-    plen = int.from_bytes(buf[p: p + 2], "big")
+    plen = int.from_bytes(buf[p : p + 2], "big")
     expected = p + 2 + plen - pos
     if expected != total:
         return total, False
@@ -706,22 +835,22 @@ class DispatchRecord:
     keys: list[str] | None
 
 
-def dispatch_record(buf, pos: int, phy_offset: int) -> DispatchRecord:
+def dispatch_record(buf: Buffer, pos: int, phy_offset: int) -> DispatchRecord:
     """Decode only the fields dispatch uses (no body copy)."""
     size, magic, _crc, qid, _flag, qoff, _phy, sysflag, _born = _S_FIXED.unpack_from(buf, pos)
     lay = layout(sysflag, magic)
     store_ts = _S_LONG.unpack_from(buf, pos + lay.off_store_ts)[0]
     body_len = _S_INT.unpack_from(buf, pos + lay.off_body_len)[0]
     p = pos + lay.off_body_len + 4 + body_len
-    tlen = int.from_bytes(buf[p: p + lay.topic_len_size], "big")
+    tlen = int.from_bytes(buf[p : p + lay.topic_len_size], "big")
     p += lay.topic_len_size
-    topic = bytes(buf[p: p + tlen]).decode("utf-8", "replace")
+    topic = bytes(buf[p : p + tlen]).decode("utf-8", "replace")
     p += tlen
-    plen = int.from_bytes(buf[p: p + 2], "big")
+    plen = int.from_bytes(buf[p : p + 2], "big")
     tcode = 0
     keys = None
     if plen:
-        raw = bytes(buf[p + 2: p + 2 + plen])
+        raw = bytes(buf[p + 2 : p + 2 + plen])
         if b"TAGS\x01" in raw or b"KEYS\x01" in raw or b"UNIQ_KEY\x01" in raw:
             props = parse_properties(raw)
             tcode = tags_code(props.get(PROP_TAGS))
@@ -736,8 +865,19 @@ class Columns:
     ``topic_ids`` index ``topic_names``; ``key_owner`` gives the record of each key hash.
     """
 
-    __slots__ = ("phys", "sizes", "topic_ids", "queue_ids", "queue_offsets", "tags_codes", "store_timestamps",
-                 "sys_flags", "key_hashes", "key_owner", "topic_names")
+    __slots__ = (
+        "phys",
+        "sizes",
+        "topic_ids",
+        "queue_ids",
+        "queue_offsets",
+        "tags_codes",
+        "store_timestamps",
+        "sys_flags",
+        "key_hashes",
+        "key_owner",
+        "topic_names",
+    )
 
     def __init__(self, capacity: int, key_capacity: int):
         import numpy as np
@@ -754,7 +894,7 @@ class Columns:
         self.key_owner = np.empty(key_capacity, np.int64)
         self.topic_names: list[str] = []
 
-    def trim(self, count: int, key_count: int) -> "Columns":
+    def trim(self, count: int, key_count: int) -> Columns:
         for name in self.__slots__[:8]:
             setattr(self, name, getattr(self, name)[:count])
         self.key_hashes = self.key_hashes[:key_count]
@@ -762,13 +902,16 @@ class Columns:
         return self
 
     def topic(self, i: int) -> str:
-        return self.topic_names[self.topic_ids[i]]
+        name: str = self.topic_names[self.topic_ids[i]]
+        return name
 
     def __len__(self) -> int:
         return len(self.phys)
 
 
-def scan_records(buf, start: int, limit: int, check_crc: bool, base_phy: int, max_records: int = 4096):
+def scan_records(
+    buf: Buffer, start: int, limit: int, check_crc: bool, base_phy: int, max_records: int = 4096
+) -> tuple[Columns, int, str, int]:
     """Walk records from ``start`` → (columns, next_pos, stop, bad_size).
 
     ``stop`` is 'limit' (reached ``limit`` or ``max_records``), 'blank' (a BLANK record at
@@ -777,16 +920,32 @@ def scan_records(buf, start: int, limit: int, check_crc: bool, base_phy: int, ma
     """
     cols = Columns(max_records, max_records * 4)
     if _native is not None:
-        ids: dict[bytes, int] = {}
-        n, nk, pos, stop, bad = _native.scan(buf, start, limit, check_crc, _crc32, base_phy, cols.phys, cols.sizes,
-                                            cols.topic_ids, cols.queue_ids, cols.queue_offsets, cols.tags_codes,
-                                            cols.store_timestamps, cols.sys_flags, cols.key_hashes, cols.key_owner,
-                                            ids, cols.topic_names)
+        native_ids: dict[bytes, int] = {}
+        n, nk, pos, stop, bad = _native.scan(
+            buf,
+            start,
+            limit,
+            check_crc,
+            _crc32,
+            base_phy,
+            cols.phys,
+            cols.sizes,
+            cols.topic_ids,
+            cols.queue_ids,
+            cols.queue_offsets,
+            cols.tags_codes,
+            cols.store_timestamps,
+            cols.sys_flags,
+            cols.key_hashes,
+            cols.key_owner,
+            native_ids,
+            cols.topic_names,
+        )
         return cols.trim(n, nk), pos, stop, bad
     pos = start
     n = nk = 0
     stop, bad = "limit", -1
-    ids = {}
+    ids: dict[str, int] = {}
     while pos < limit and n < max_records:
         size, ok = check(buf, pos, limit, check_crc)
         if ok and size == 0:
@@ -820,7 +979,7 @@ def scan_records(buf, start: int, limit: int, check_crc: bool, base_phy: int, ma
     return cols.trim(n, nk), pos, stop, bad
 
 
-def iter_records(buf, start: int, limit: int, check_crc: bool = False) -> Iterable[tuple[int, int, bool]]:
+def iter_records(buf: Buffer, start: int, limit: int, check_crc: bool = False) -> Iterable[tuple[int, int, bool]]:
     """Walk records from ``start``; yields (pos, size, ok) and stops after BLANK or a bad record."""
     pos = start
     while True:

@@ -1,17 +1,32 @@
 """The storage engine: commit log, consume queues, index, flush, dispatch, recovery, cleanup.
 
-No gRPC and no Kubernetes in here; see STORE_SPEC.md for the behaviour and file formats.
+No gRPC and no Kubernetes in here; see docs/store-format.md for the behaviour and file formats.
 """
 
-from .clock import Clock, DiskProbe, FixedDiskProbe, ManualClock
 from ..record.codec import Message, StoredMessage
+from .clock import Clock, DiskProbe, FixedDiskProbe, ManualClock
 from .config import ConfigError, ConfigUpdate, StoreConfig
 from .recovery import RecoveryReport
 from .results import GetResult, GetStatus, PutResult, PutStatus, Unavailable
 from .store import MessageStore, StoreLockedError, StoreStateError
 
 __all__ = [
-    "Clock", "DiskProbe", "FixedDiskProbe", "ManualClock", "Message", "StoredMessage", "ConfigError",
-    "ConfigUpdate", "StoreConfig", "RecoveryReport", "GetResult", "GetStatus", "PutResult", "PutStatus",
-    "Unavailable", "MessageStore", "StoreLockedError", "StoreStateError",
+    "Clock",
+    "DiskProbe",
+    "FixedDiskProbe",
+    "ManualClock",
+    "Message",
+    "StoredMessage",
+    "ConfigError",
+    "ConfigUpdate",
+    "StoreConfig",
+    "RecoveryReport",
+    "GetResult",
+    "GetStatus",
+    "PutResult",
+    "PutStatus",
+    "Unavailable",
+    "MessageStore",
+    "StoreLockedError",
+    "StoreStateError",
 ]

@@ -1,4 +1,4 @@
-"""The checkpoint file (STORE_SPEC §3.3): how far commit log, consume queues and index are
+"""The checkpoint file (docs/store-format.md §3.3): how far commit log, consume queues and index are
 known to be on disk, which tells abnormal recovery where to start."""
 
 from __future__ import annotations
@@ -14,12 +14,22 @@ class Checkpoint:
     def __init__(self, path: str):
         self.path = path
         exists = os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if not exists or os.fstat(self._fd).st_size < SIZE:
             os.ftruncate(self._fd, SIZE)
         raw = os.pread(self._fd, _LAYOUT.size, 0)
-        (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
-         self.master_flushed_offset, self.confirm_phy_offset) = _LAYOUT.unpack(raw)
+        self.physic_msg_timestamp: int
+        self.logics_msg_timestamp: int
+        self.index_msg_timestamp: int
+        self.master_flushed_offset: int
+        self.confirm_phy_offset: int
+        (
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
+            self.master_flushed_offset,
+            self.confirm_phy_offset,
+        ) = _LAYOUT.unpack(raw)
 
     def min_timestamp(self) -> int:
         """Store time from which abnormal recovery must re-dispatch (3 s of slack)."""
@@ -29,8 +39,13 @@ class Checkpoint:
         return min(self.min_timestamp(), self.index_msg_timestamp)
 
     def flush(self) -> None:
-        data = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
-                            self.master_flushed_offset, self.confirm_phy_offset)
+        data = _LAYOUT.pack(
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
+            self.master_flushed_offset,
+            self.confirm_phy_offset,
+        )
         if self._fd is None:
             return
         os.pwrite(self._fd, data, 0)

@@ -1,12 +1,14 @@
-"""The commit log: every record of every topic, appended in one global order (STORE_SPEC §2, §4)."""
+"""The commit log: every record of every topic, appended in one global order (docs/store-format.md §2, §4)."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Protocol
 
 from ..record import codec
 from .clock import Clock
@@ -33,9 +35,71 @@ class Appended:
     store_timestamp: int
 
 
+class ReadMiss(enum.Enum):
+    """Why :meth:`RecordReader.record` has no view to give."""
+
+    GONE = "gone"  # not (or no longer) in the commit log: deleted by retention, or past its end
+    NOT_A_RECORD = "not a record"  # bytes are there, but no record of that size starts there
+
+
+class Holder(Protocol):
+    def hold(self, release: Callable[[], None], view: memoryview | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class Scanned:
+    """Records parsed from one segment by :meth:`CommitLog.scan` (see ``codec.scan_records``)."""
+
+    columns: Any  # codec.Columns
+    end: int  # phy offset after the last record parsed
+    stop: str  # "limit" | "blank" | "bad"
+    bad_size: int
+    segment_end: int
+    segment_full: bool
+
+
+class RecordReader:
+    """Zero-copy views of whole records for one read (a pull). Each segment read from is held
+    once and handed to ``holder`` (a GetResult), so its mapping outlives the views."""
+
+    def __init__(self, segments: SegmentQueue, holder: Holder):
+        self._segments = segments
+        self._holder = holder
+        self._seg: Segment | None = None
+        self._view: memoryview | None = None
+
+    def record(self, phy: int, size: int) -> memoryview | ReadMiss:
+        seg = self._seg
+        if seg is None or not (seg.start <= phy < seg.start + seg.size):
+            seg = self._segments.find(phy)  # units mostly share a segment: hold it once per read
+            if seg is None or not seg.hold():
+                self._seg = None
+                return ReadMiss.GONE
+            self._seg, self._view = seg, memoryview(seg.mm)
+            self._holder.hold(seg.release, self._view)
+        pos = phy - seg.start
+        if pos + size > seg.read_position:
+            return ReadMiss.GONE
+        total, magic = _SIZE_MAGIC.unpack_from(seg.mm, pos) if size >= 8 else (0, 0)
+        if total != size or (magic != codec.MAGIC_V1 and magic != codec.MAGIC_V2):
+            return ReadMiss.NOT_A_RECORD
+        assert self._view is not None
+        return self._view[pos : pos + size]
+
+
+_SIZE_MAGIC = codec._S_SIZE_MAGIC  # TOTALSIZE and MAGICCODE at the start of a record
+
+
 class CommitLog:
-    def __init__(self, directory: str, config: StoreConfig, *, clock: Clock, syncer: Syncer = msync,
-                 store_host: tuple[str, int] = ("127.0.0.1", 10911)):
+    def __init__(
+        self,
+        directory: str,
+        config: StoreConfig,
+        *,
+        clock: Clock,
+        syncer: Syncer = msync,
+        store_host: tuple[str, int] = ("127.0.0.1", 10911),
+    ):
         self.directory = directory
         self.segment_size = config.mappedFileSizeCommitLog
         pool = WriteBufferPool(config.transientStorePoolSize, self.segment_size) if config.transientStorePoolEnable else None
@@ -72,8 +136,9 @@ class CommitLog:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, batch, queue_offset: int, timeout_s: float,
-               on_appended: Callable[[int, int, int], None] | None = None) -> Appended:
+    def append(
+        self, batch: codec.Batch, queue_offset: int, timeout_s: float, on_appended: Callable[[int, int, int], None] | None = None
+    ) -> Appended:
         """Append a prepared batch as consecutive records; must be called under the queue lock.
 
         The store timestamp and phy offset are fixed inside the global lock, so store time is
@@ -113,6 +178,36 @@ class CommitLog:
             raise AppendError("CREATE_MAPPED_FILE_FAILED", f"creating a commit-log segment failed: {e.strerror or e}") from e
 
     # ------------------------------------------------------------------ reading
+
+    def reader(self, holder: Holder) -> RecordReader:
+        return RecordReader(self.segments, holder)
+
+    def scan(self, offset: int, bound: int, max_records: int) -> Scanned | None:
+        """Parse records from ``offset`` within its segment, below ``bound``; None when the
+        segment is not there (deleted, or not yet created)."""
+        seg = self.segments.find(offset)
+        if seg is None or not seg.hold():
+            return None
+        try:
+            pos = offset - seg.start
+            limit = min(seg.read_position, bound - seg.start)
+            cols, end, stop, bad = codec.scan_records(seg.mm, pos, limit, False, seg.start, max_records)
+        finally:
+            seg.release()
+        return Scanned(cols, seg.start + end, stop, bad, seg.start + seg.size, seg.full)
+
+    def first_record(self, seg: Segment) -> tuple[bool, int]:
+        """(the segment's first record parses with its CRC, its store time) — recovery's test
+        for where to start."""
+        size, ok = codec.check(seg.mm, 0, seg.size, True)
+        if not ok or size <= 0:
+            return False, 0
+        return True, codec.store_timestamp_of(seg.mm, 0)
+
+    def scan_segment(self, seg: Segment, pos: int, check_crc: bool, max_records: int) -> tuple[Any, int, str, int]:
+        """Recovery's walk: records of one segment from ``pos`` (``codec.scan_records``)."""
+        scanned: tuple[Any, int, str, int] = codec.scan_records(seg.mm, pos, seg.size, check_crc, seg.start, max_records)
+        return scanned
 
     def view(self, phy: int, size: int) -> tuple[Segment, memoryview] | None:
         """A held segment and a view of ``size`` bytes at ``phy``; None if not (or no longer) there.
@@ -167,8 +262,9 @@ class CommitLog:
 
     # ------------------------------------------------------------------ maintenance
 
-    def delete_expired(self, expired_ms: int, interval_ms: int, forcibly_ms: int, clean_now: bool,
-                       batch_max: int, protect_from: int | None) -> int:
+    def delete_expired(
+        self, expired_ms: int, interval_ms: int, forcibly_ms: int, clean_now: bool, batch_max: int, protect_from: int | None
+    ) -> int:
         return self.segments.delete_expired_by_time(expired_ms, interval_ms, forcibly_ms, clean_now, batch_max, protect_from)
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Store configuration (STORE_SPEC §11): reference names, defaults, validation, hot vs restart.
+"""Store configuration (docs/store-format.md §11): reference names, defaults, validation, hot vs restart.
 
 A config is validated as a whole (§12.3): a change that would leave the ratios out of order or
 name an unknown key is refused entirely, never half-applied.
@@ -7,8 +7,9 @@ name an unknown key is refused entirely, never half-applied.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 GiB = 1024 * 1024 * 1024
 CQ_UNIT_SIZE = 20
@@ -23,6 +24,11 @@ class ConfigError(ValueError):
         self.reason = message
 
 
+HOURS_PATTERN = r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$"  # deleteWhen: "04", "3;15"
+GROUPS_PATTERN = r"^[A-Za-z0-9_%|;-]*$"  # retentionGuardGroups: names separated by ;
+MAX_SEGMENT_SIZE = 2 * GiB - 1  # positions are 32-bit in the reference
+
+
 @dataclass(frozen=True)
 class KeySpec:
     default: Any
@@ -32,46 +38,63 @@ class KeySpec:
     minimum: int | None = None
     maximum: int | None = None
     choices: tuple[str, ...] | None = None
+    pattern: str | None = None  # for strings, as a JSON Schema pattern (validate() checks the same)
+    typed: bool = False  # a field of its own in the MessageStore CRD's spec.store and the chart's store.config
 
 
-def _k(default, hot, doc, minimum=None, maximum=None, choices=None) -> KeySpec:
-    return KeySpec(default, type(default), hot, doc, minimum, maximum, choices)
+def _k(
+    default: Any,
+    hot: bool,
+    doc: str,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    choices: tuple[str, ...] | None = None,
+    pattern: str | None = None,
+    typed: bool = False,
+) -> KeySpec:
+    return KeySpec(default, type(default), hot, doc, minimum, maximum, choices, pattern, typed)
 
 
 # Every knob, with the reference's name, unit and default. ``hot`` keys are re-read by the
-# services on every cycle, so an update takes effect without a restart.
+# services on every cycle, so an update takes effect without a restart. This table is the one
+# definition of the settings: the CRD's spec.store, the chart's values schema and the operator's
+# typed keys are generated from it (scripts/render_deploy.py; a test fails when they are stale).
 KEYS: dict[str, KeySpec] = {
     # fixed at start
-    "mappedFileSizeCommitLog": _k(GiB, False, "commit-log segment size in bytes", 64),
-    "mappedFileSizeConsumeQueue": _k(300_000 * CQ_UNIT_SIZE, False, "consume-queue segment size in bytes (rounded up to 20)", CQ_UNIT_SIZE),
-    "maxHashSlotNum": _k(5_000_000, False, "hash slots per index file", 1),
-    "maxIndexNum": _k(20_000_000, False, "entries per index file", 2),
+    "mappedFileSizeCommitLog": _k(GiB, False, "commit-log segment size in bytes", 64, MAX_SEGMENT_SIZE, typed=True),
+    "mappedFileSizeConsumeQueue": _k(
+        300_000 * CQ_UNIT_SIZE, False, "consume-queue segment size in bytes (rounded up to 20)", CQ_UNIT_SIZE, MAX_SEGMENT_SIZE, typed=True
+    ),
+    "maxHashSlotNum": _k(5_000_000, False, "hash slots per index file", 1, typed=True),
+    "maxIndexNum": _k(20_000_000, False, "entries per index file", 2, typed=True),
     "cleanResourceInterval": _k(10_000, False, "ms between cleaner runs", 1),
     "cleanResourceInitialDelay": _k(60_000, False, "ms before the first cleaner run", 0),
-    "flushDiskType": _k("ASYNC_FLUSH", False, "SYNC_FLUSH or ASYNC_FLUSH", choices=("SYNC_FLUSH", "ASYNC_FLUSH")),
+    "flushDiskType": _k("ASYNC_FLUSH", False, "SYNC_FLUSH or ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), typed=True),
     "transientStorePoolEnable": _k(False, False, "append into memory write buffers committed periodically"),
     "transientStorePoolSize": _k(5, False, "number of write buffers", 1),
     "storePathCommitLog": _k("", False, "commit-log directory (default <root>/commitlog)"),
     "storePathConsumeQueue": _k("", False, "consume-queue directory (default <root>/consumequeue)"),
     "storePathIndex": _k("", False, "index directory (default <root>/index)"),
     # hot: cleanup
-    "fileReservedTime": _k(72, True, "hours a commit-log segment is kept", 0),
-    "deleteWhen": _k("04", True, "local hours (00-23, ';'-separated) when expired segments are deleted"),
-    "diskMaxUsedSpaceRatio": _k(75, True, "disk usage % above which cleanup runs", 10, 95),
-    "diskSpaceCleanForciblyRatio": _k(85, True, "disk usage % above which unexpired segments are deleted", 10, 95),
-    "diskSpaceWarningLevelRatio": _k(90, True, "disk usage % above which writes are refused", 10, 95),
-    "cleanFileForciblyEnable": _k(True, True, "allow deleting unexpired segments under disk pressure"),
-    "deleteFileBatchMax": _k(10, True, "segments deleted per cleaner run", 1),
+    "fileReservedTime": _k(72, True, "hours a commit-log segment is kept", 0, typed=True),
+    "deleteWhen": _k("04", True, "local hours (00-23, ';'-separated) when expired segments are deleted", pattern=HOURS_PATTERN, typed=True),
+    "diskMaxUsedSpaceRatio": _k(75, True, "disk usage % above which cleanup runs", 10, 95, typed=True),
+    "diskSpaceCleanForciblyRatio": _k(85, True, "disk usage % above which unexpired segments are deleted", 10, 95, typed=True),
+    "diskSpaceWarningLevelRatio": _k(90, True, "disk usage % above which writes are refused", 10, 95, typed=True),
+    "cleanFileForciblyEnable": _k(True, True, "allow deleting unexpired segments under disk pressure", typed=True),
+    "deleteFileBatchMax": _k(10, True, "segments deleted per cleaner run", 1, typed=True),
     "deleteCommitLogFilesInterval": _k(100, True, "ms between two segment deletions", 0),
     "deleteConsumeQueueFilesInterval": _k(100, True, "ms after a queue that deleted something", 0),
     "destroyMapedFileIntervalForcibly": _k(120_000, True, "ms a referenced segment may delay its deletion", 0),
     "redeleteHangedFileInterval": _k(120_000, True, "ms between retries of a hanged segment", 0),
-    "retentionGuardGroups": _k("", True, "';'-separated consumer groups whose unconsumed messages are kept (§12.5)"),
+    "retentionGuardGroups": _k(
+        "", True, "';'-separated consumer groups whose unconsumed messages are kept (§12.5)", pattern=GROUPS_PATTERN, typed=True
+    ),
     # hot: flush
-    "flushIntervalCommitLog": _k(500, True, "ms between async flushes", 1),
+    "flushIntervalCommitLog": _k(500, True, "ms between async flushes", 1, typed=True),
     "flushCommitLogLeastPages": _k(4, True, "dirty 4 KiB pages before an async flush", 0),
     "flushCommitLogThoroughInterval": _k(10_000, True, "ms after which everything is flushed", 0),
-    "syncFlushTimeout": _k(5_000, True, "ms a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT", 1),
+    "syncFlushTimeout": _k(5_000, True, "ms a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT", 1, typed=True),
     "commitIntervalCommitLog": _k(200, True, "ms between write-buffer commits", 1),
     "commitCommitLogLeastPages": _k(4, True, "dirty pages before a write-buffer commit", 0),
     "commitCommitLogThoroughInterval": _k(200, True, "ms after which the write buffer is fully committed", 0),
@@ -81,8 +104,8 @@ KEYS: dict[str, KeySpec] = {
     "flushConsumerOffsetInterval": _k(5_000, True, "ms between consumer-offset persists", 1),
     "osPageCacheBusyTimeOutMills": _k(1_000, True, "ms the append lock may be awaited before OS_PAGE_CACHE_BUSY", 1),
     # hot: messages and queries
-    "maxMessageSize": _k(4 * 1024 * 1024, True, "largest body in bytes", 1),
-    "messageIndexEnable": _k(True, True, "build the key index"),
+    "maxMessageSize": _k(4 * 1024 * 1024, True, "largest body in bytes", 1, typed=True),
+    "messageIndexEnable": _k(True, True, "build the key index", typed=True),
     "maxMsgsNumBatch": _k(64, True, "most records a key query returns", 1, 64),
     "checkCRCOnRecover": _k(True, True, "verify body CRCs while recovering"),
     "autoCreateTopicEnable": _k(True, True, "create a topic on its first message"),
@@ -92,8 +115,27 @@ KEYS: dict[str, KeySpec] = {
 
 HOT_KEYS = frozenset(k for k, s in KEYS.items() if s.hot)
 RESTART_KEYS = frozenset(k for k, s in KEYS.items() if not s.hot)
+TYPED_KEYS = tuple(k for k, s in KEYS.items() if s.typed)
+# disk ratios that must not decrease along the list: warning >= forcibly >= max used
+RATIO_ORDER = ("diskSpaceWarningLevelRatio", "diskSpaceCleanForciblyRatio", "diskMaxUsedSpaceRatio")
 _HOUR_RE = re.compile(r"^(?:[01]?[0-9]|2[0-3])$")  # the reference parses "4" as well as "04"
 _GROUP_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,255}$")
+
+
+def json_schema(key: str) -> dict[str, Any]:
+    """A setting as a JSON Schema (OpenAPI v3) property, for the CRD and the chart's values."""
+    spec = KEYS[key]
+    out: dict[str, Any] = {"type": {bool: "boolean", int: "integer", str: "string"}[spec.kind]}
+    if spec.choices:
+        out["enum"] = list(spec.choices)
+    if spec.minimum is not None:
+        out["minimum"] = spec.minimum
+    if spec.maximum is not None:
+        out["maximum"] = spec.maximum
+    if spec.pattern:
+        out["pattern"] = spec.pattern
+    out["description"] = spec.doc[0].upper() + spec.doc[1:] + ("" if spec.hot else " (applied at the next restart)") + "."
+    return out
 
 
 def _coerce(key: str, spec: KeySpec, value: Any) -> Any:
@@ -151,6 +193,10 @@ class StoreConfig:
             raise AttributeError("StoreConfig is immutable; use with_changes()")
         object.__setattr__(self, name, value)
 
+    if TYPE_CHECKING:  # every key is an attribute (set in __init__), typed by its KeySpec at run time
+
+        def __getattr__(self, name: str) -> Any: ...
+
     def get(self, key: str) -> Any:
         return self._values[key]
 
@@ -160,12 +206,12 @@ class StoreConfig:
     def non_defaults(self) -> dict[str, Any]:
         return {k: v for k, v in self._values.items() if v != KEYS[k].default}
 
-    def with_changes(self, changes: Mapping[str, Any]) -> "StoreConfig":
+    def with_changes(self, changes: Mapping[str, Any]) -> StoreConfig:
         merged = self.to_dict()
         merged.update(changes)
         return StoreConfig(merged)
 
-    def diff(self, other: "StoreConfig") -> dict[str, Any]:
+    def diff(self, other: StoreConfig) -> dict[str, Any]:
         return {k: v for k, v in other._values.items() if self._values[k] != v}
 
     def __eq__(self, other: object) -> bool:
@@ -195,19 +241,14 @@ def validate(values: Mapping[str, Any]) -> dict[str, Any]:
     parts = dw.split(";")
     if not dw or any(not _HOUR_RE.match(p) for p in parts if p) or all(p == "" for p in parts):
         raise ConfigError("deleteWhen", f"must be ';'-separated hours 00-23, got {dw!r}")
-    if not out["diskSpaceWarningLevelRatio"] >= out["diskSpaceCleanForciblyRatio"]:
-        raise ConfigError("diskSpaceWarningLevelRatio", "must be >= diskSpaceCleanForciblyRatio "
-                          f"({out['diskSpaceWarningLevelRatio']} < {out['diskSpaceCleanForciblyRatio']})")
-    if not out["diskSpaceCleanForciblyRatio"] >= out["diskMaxUsedSpaceRatio"]:
-        raise ConfigError("diskSpaceCleanForciblyRatio", "must be >= diskMaxUsedSpaceRatio "
-                          f"({out['diskSpaceCleanForciblyRatio']} < {out['diskMaxUsedSpaceRatio']})")
+    for higher, lower in zip(RATIO_ORDER, RATIO_ORDER[1:]):
+        if not out[higher] >= out[lower]:
+            raise ConfigError(higher, f"must be >= {lower} ({out[higher]} < {out[lower]})")
     for g in parse_groups(out["retentionGuardGroups"]):
         if not _GROUP_RE.match(g):
             raise ConfigError("retentionGuardGroups", f"illegal group name {g!r}")
     if out["transientStorePoolEnable"] and out["flushDiskType"] != "ASYNC_FLUSH":
         raise ConfigError("transientStorePoolEnable", "the write buffer works only with flushDiskType=ASYNC_FLUSH")
-    if out["mappedFileSizeCommitLog"] > 2 * GiB - 1:
-        raise ConfigError("mappedFileSizeCommitLog", "must be < 2 GiB (positions are 32-bit in the reference)")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Consume queues (STORE_SPEC §3.1): per (topic, queue id) an array of 20-byte units
+"""Consume queues (docs/store-format.md §3.1): per (topic, queue id) an array of 20-byte units
 ``[phy offset][size][tagsCode]`` so queue offset N lives at byte N×20."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 import os
 import struct
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class ConsumeQueue:
             self.max_phy_offset = int(phys[-1]) + int(sizes[-1])
             return n
 
-    def _put_each(self, phys, sizes, tags, first_queue_offset, keep) -> int:
+    def _put_each(self, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray, first_queue_offset: int, keep: np.ndarray) -> int:
         written = 0
         for i in range(len(phys)):
             if keep[i] and int(phys[i]) + int(sizes[i]) > self.max_phy_offset:
@@ -149,7 +149,7 @@ class ConsumeQueue:
             chunk = view[:room]
             last.write_at(pos - last.start, chunk)
             pos += len(chunk)
-            view = view[len(chunk):]
+            view = view[len(chunk) :]
 
     # ------------------------------------------------------------------ reading
 
@@ -208,7 +208,8 @@ class ConsumeQueue:
         pos = seg.wrote - UNIT
         if pos < 0:
             return -1
-        return _UNIT.unpack(seg.read(pos, UNIT))[0]
+        phy: int = _UNIT.unpack(seg.read(pos, UNIT))[0]
+        return phy
 
     # ------------------------------------------------------------------ maintenance
 

@@ -1,4 +1,4 @@
-"""Turning commit-log records into consume-queue units and index entries (STORE_SPEC §6).
+"""Turning commit-log records into consume-queue units and index entries (docs/store-format.md §6).
 
 The dispatcher follows the commit log in order up to a bound (the max offset under
 ASYNC_FLUSH, the flushed offset under SYNC_FLUSH, so consumers never see unflushed messages in
@@ -13,17 +13,20 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ..record import codec
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .index import IndexService
+from .queue_table import QueueTable
 from .results import Unavailable
+from .running_flags import RunningFlags
 from .service import ServiceThread
-
-if TYPE_CHECKING:
-    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +65,9 @@ class IndexFileError(OSError):
     than a consume-queue error, so an operator looks at the right files."""
 
 
-def _index_add(store: "MessageStore", *columns) -> None:
+def _index_add(index: IndexService, *columns: np.ndarray) -> None:
     try:
-        store.index.add(*columns)
+        index.add(*columns)
     except OSError as e:
         raise IndexFileError(e.errno, f"index: {e.strerror or e}") from e
 
@@ -72,9 +75,15 @@ def _index_add(store: "MessageStore", *columns) -> None:
 class Dispatcher(ServiceThread):
     name = "dispatch"
 
-    def __init__(self, store: "MessageStore"):
+    def __init__(
+        self, commitlog: CommitLog, queues: QueueTable, index: IndexService, flags: RunningFlags, settings: Callable[[], StoreConfig]
+    ):
         super().__init__()
-        self.store = store
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.flags = flags
+        self.settings = settings
         self.reput_from = 0
         self.logics_timestamp = 0
         self._hints: collections.deque[Hint] = collections.deque()
@@ -107,8 +116,8 @@ class Dispatcher(ServiceThread):
     # ------------------------------------------------------------------ the loop
 
     def bound(self) -> int:
-        cl = self.store.commitlog
-        if self.store.config.flushDiskType == "SYNC_FLUSH":
+        cl = self.commitlog
+        if self.settings().flushDiskType == "SYNC_FLUSH":
             return min(cl.flushed_offset, cl.max_offset)
         return cl.max_offset
 
@@ -125,21 +134,20 @@ class Dispatcher(ServiceThread):
             self._dispatch_to(self.bound())
             if self.failures:
                 self.failures = 0
-                self.store.clear_unavailable(Unavailable.LOGICS_QUEUE_ERROR)
-                self.store.clear_unavailable(Unavailable.INDEX_FILE_ERROR)
+                self.flags.clear(Unavailable.LOGICS_QUEUE_ERROR)
+                self.flags.clear(Unavailable.INDEX_FILE_ERROR)
         except OSError as e:
             # A full disk while writing a queue or the index: refuse writes, retry later from
             # the same offset (dispatch is idempotent).
             self.failures += 1
             log.error("dispatch failed at %d: %s", self.reput_from, e)
-            self.store.mark_unavailable(Unavailable.INDEX_FILE_ERROR if isinstance(e, IndexFileError)
-                                        else Unavailable.LOGICS_QUEUE_ERROR)
+            self.flags.mark(Unavailable.INDEX_FILE_ERROR if isinstance(e, IndexFileError) else Unavailable.LOGICS_QUEUE_ERROR)
             self._stopped.wait(min(1.0, 0.05 * self.failures))
         with self._idle:
             self._idle.notify_all()
 
     def _dispatch_to(self, bound: int) -> None:
-        cl = self.store.commitlog
+        cl = self.commitlog
         while self.reput_from < bound and not self.stopped:
             cl_min = cl.min_offset
             if self.reput_from < cl_min:
@@ -156,30 +164,23 @@ class Dispatcher(ServiceThread):
 
     def _dispatch_parsed(self, bound: int) -> bool:
         """Parse records at ``reput_from``; False when nothing could be done (wait)."""
-        cl = self.store.commitlog
-        seg = cl.segments.find(self.reput_from)
-        if seg is None or not seg.hold():
+        got = self.commitlog.scan(self.reput_from, bound, PARSE_CHUNK)
+        if got is None:
             return False
-        try:
-            pos = self.reput_from - seg.start
-            limit = min(seg.read_position, bound - seg.start)
-            cols, end, stop, bad_size = codec.scan_records(seg.mm, pos, limit, False, seg.start, PARSE_CHUNK)
-        finally:
-            seg.release()
-        next_offset = seg.start + end
-        if stop == "blank":  # the rest of this segment is empty
-            next_offset = seg.start + seg.size
-        elif stop == "bad":
-            if bad_size > 0:
-                log.error("[BUG] record at %d has an inconsistent length; skipped", seg.start + end)
-                next_offset = seg.start + end + bad_size
-            elif seg.full:
-                log.error("unreadable record at %d; skipping the rest of its segment", seg.start + end)
-                next_offset = seg.start + seg.size
+        next_offset = got.end
+        if got.stop == "blank":  # the rest of this segment is empty
+            next_offset = got.segment_end
+        elif got.stop == "bad":
+            if got.bad_size > 0:
+                log.error("[BUG] record at %d has an inconsistent length; skipped", got.end)
+                next_offset = got.end + got.bad_size
+            elif got.segment_full:
+                log.error("unreadable record at %d; skipping the rest of its segment", got.end)
+                next_offset = got.segment_end
             else:
-                log.error("unreadable record at %d; dispatch waits", seg.start + end)
-        if len(cols):
-            self.apply_columns(cols)
+                log.error("unreadable record at %d; dispatch waits", got.end)
+        if len(got.columns):
+            self.apply_columns(got.columns)
         moved = next_offset != self.reput_from
         self.reput_from = next_offset
         return moved
@@ -187,7 +188,6 @@ class Dispatcher(ServiceThread):
     # ------------------------------------------------------------------ applying
 
     def apply_hint(self, h: Hint) -> None:
-        store = self.store
         n = len(h.sizes)
         sizes = np.asarray(h.sizes, dtype=np.int64)
         phys = np.empty(n, dtype=np.int64)
@@ -196,24 +196,29 @@ class Dispatcher(ServiceThread):
             np.cumsum(sizes[:-1], out=phys[1:])
             phys[1:] += h.phy
         tags = np.asarray(h.tags_codes, dtype=np.int64)
-        cq = store.consume_queue(h.topic, h.queue_id, create=True)
+        cq = self.queues.get(h.topic, h.queue_id, create=True)
+        assert cq is not None
         if h.count_offsets_all:
             cq.put_units(phys, sizes, tags, h.queue_offset)
         else:
             mask = np.asarray(h.takes_offset, dtype=bool)
             if mask.any():
                 cq.put_units(phys[mask], sizes[mask], tags[mask], h.queue_offset)
-        if h.key_hashes and store.config.messageIndexEnable:
+        if h.key_hashes and self.settings().messageIndexEnable:
             owner = np.asarray(h.key_owner, dtype=np.int64)
             flags = np.asarray(h.sys_flags, dtype=np.int64)[owner]
-            _index_add(store, np.asarray(h.key_hashes, dtype=np.int64), phys[owner],
-                       np.full(len(owner), h.store_timestamp, dtype=np.int64), flags)
+            _index_add(
+                self.index,
+                np.asarray(h.key_hashes, dtype=np.int64),
+                phys[owner],
+                np.full(len(owner), h.store_timestamp, dtype=np.int64),
+                flags,
+            )
         self.logics_timestamp = h.store_timestamp
         self._notify(h.topic, h.queue_id, cq.max_offset)
 
     def apply_columns(self, cols: codec.Columns, index: bool = True) -> None:
         """Dispatch parsed records: consume-queue units per queue, index entries per key."""
-        store = self.store
         n = len(cols)
         if n == 0:
             return
@@ -231,16 +236,17 @@ class Dispatcher(ServiceThread):
                 if codec.topic_error(topic) is not None or qid < 0:
                     log.error("record at %d has an illegal topic %r or queue %d; not dispatched", cols.phys[sel[0]], topic, qid)
                     continue
-                cq = store.consume_queue(topic, qid, create=True)
+                cq = self.queues.get(topic, qid, create=True)
+                assert cq is not None
                 q = cols.queue_offsets[sel]
                 breaks = np.flatnonzero(np.diff(q) != 1) + 1  # runs of consecutive queue offsets
                 for run in np.split(np.arange(len(sel)), breaks):
                     r = sel[run]
                     cq.put_units(cols.phys[r], cols.sizes[r].astype(np.int64), cols.tags_codes[r], int(q[run[0]]))
                 touched.append((topic, qid, cq))
-        if index and len(cols.key_hashes) and store.config.messageIndexEnable:
+        if index and len(cols.key_hashes) and self.settings().messageIndexEnable:
             owner = cols.key_owner
-            _index_add(store, cols.key_hashes, cols.phys[owner], cols.store_timestamps[owner], cols.sys_flags[owner].astype(np.int64))
+            _index_add(self.index, cols.key_hashes, cols.phys[owner], cols.store_timestamps[owner], cols.sys_flags[owner].astype(np.int64))
         self.logics_timestamp = int(cols.store_timestamps[-1])
         for topic, qid, cq in touched:
             self._notify(topic, qid, cq.max_offset)
@@ -254,8 +260,6 @@ class Dispatcher(ServiceThread):
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until everything below ``offset`` is dispatched (tests, shutdown)."""
-        import time
-
         deadline = time.monotonic() + timeout
         with self._idle:
             while self.reput_from < offset:

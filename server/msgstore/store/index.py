@@ -1,4 +1,4 @@
-"""Hash index files (STORE_SPEC §3.2): find records by key without scanning the commit log.
+"""Hash index files (docs/store-format.md §3.2): find records by key without scanning the commit log.
 
 Layout ``[40 B header][slots × 4 B][entries × 20 B]``; a slot holds the newest entry of its
 chain, each entry the previous one. Keys are put a batch at a time with numpy: hashing, chain
@@ -12,41 +12,48 @@ import logging
 import os
 import struct
 import threading
-import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..record import codec
 from .clock import Clock
+from .layout import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, index_file_name, index_file_size, segment_files
 from .segment import Segment, Syncer, msync
 
 log = logging.getLogger(__name__)
 
-HEADER_SIZE = 40
-ENTRY_SIZE = 20
+HEADER_SIZE = INDEX_HEADER_SIZE
+ENTRY_SIZE = INDEX_ENTRY_SIZE
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("tdiff", ">i4"), ("prev", ">i4")])
 INT_MAX = 0x7FFFFFFF
-
-
-def index_file_name(ms: int) -> str:
-    t = time.localtime(ms / 1000)
-    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+_NO_SLOTS = np.empty(0, dtype=">i4")
 
 
 class IndexFile:
-    def __init__(self, path: str, slots: int, entries: int, *, create: bool, syncer: Syncer = msync,
-                 end_phy: int = 0, end_ts: int = 0, readonly: bool = False):
+    def __init__(
+        self,
+        path: str,
+        slots: int,
+        entries: int,
+        *,
+        create: bool,
+        syncer: Syncer = msync,
+        end_phy: int = 0,
+        end_ts: int = 0,
+        readonly: bool = False,
+    ):
         self.path = path
         self.slots = slots
         self.entries = entries
-        self.file_size = HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE
+        self.file_size = index_file_size(slots, entries)
         # Header and slot table are preallocated, so the stores into the mapping can never hit
         # SIGBUS on a full disk; entries are appended with pwrite, which fails with ENOSPC.
-        self.seg = Segment(path, 0, self.file_size, create=create, syncer=syncer,
-                           preallocate=HEADER_SIZE + slots * 4 if create else 0, readonly=readonly)
+        self.seg = Segment(
+            path, 0, self.file_size, create=create, syncer=syncer, preallocate=HEADER_SIZE + slots * 4 if create else 0, readonly=readonly
+        )
         self._slot_view = np.frombuffer(self.seg.mm, dtype=">i4", count=slots, offset=HEADER_SIZE)
         if create:
             self.begin_ts = self.end_ts = end_ts if end_ts > 0 else 0
@@ -55,8 +62,9 @@ class IndexFile:
             self.index_count = 1
             self._write_header()
         else:
-            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-             self.index_count) = _HEADER.unpack(self.seg.read(0, HEADER_SIZE))
+            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.index_count) = _HEADER.unpack(
+                self.seg.read(0, HEADER_SIZE)
+            )
             if self.index_count < 1:
                 self.index_count = 1
         self.seg.set_positions(HEADER_SIZE + slots * 4 + self.index_count * ENTRY_SIZE)
@@ -66,8 +74,7 @@ class IndexFile:
         return os.path.basename(self.path)
 
     def _write_header(self) -> None:
-        self.seg.write_mapped(0, _HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                                              self.slot_count, self.index_count))
+        self.seg.write_mapped(0, _HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.index_count))
 
     @property
     def full(self) -> bool:
@@ -166,18 +173,21 @@ class IndexFile:
         return np.frombuffer(self.seg.read(base, n * ENTRY_SIZE), dtype=ENTRY_DTYPE)
 
     def time_matched(self, begin: int, end: int) -> bool:
-        return ((begin < self.begin_ts and end > self.end_ts) or (self.begin_ts <= begin <= self.end_ts)
-                or (self.begin_ts <= end <= self.end_ts))
+        return (
+            (begin < self.begin_ts and end > self.end_ts)
+            or (self.begin_ts <= begin <= self.end_ts)
+            or (self.begin_ts <= end <= self.end_ts)
+        )
 
     def flush(self) -> None:
         self.seg.mm.flush()
 
     def close(self) -> None:
-        self._slot_view = None
+        self._slot_view = _NO_SLOTS  # drop the view of the mapping, or it cannot be unmapped
         self.seg.close()
 
     def destroy(self) -> None:
-        self._slot_view = None
+        self._slot_view = _NO_SLOTS
         self.seg.close()
         try:
             os.unlink(self.path)
@@ -188,8 +198,16 @@ class IndexFile:
 class IndexService:
     """All index files of a store: the newest takes keys, lookups go newest to oldest."""
 
-    def __init__(self, directory: str, slots: int, entries: int, *, clock: Clock, syncer: Syncer = msync,
-                 on_file_full: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        directory: str,
+        slots: int,
+        entries: int,
+        *,
+        clock: Clock,
+        syncer: Syncer = msync,
+        on_file_full: Callable[[int], None] | None = None,
+    ):
         self.directory = directory
         self.slots = slots
         self.entries = entries
@@ -202,15 +220,11 @@ class IndexService:
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> int:
         """Map existing files; after a crash destroy those newer than the checkpoint's index
         time (they may be half written). Returns how many were destroyed."""
-        if not os.path.isdir(self.directory):
-            return 0
         destroyed = 0
-        for name in sorted(os.listdir(self.directory)):
+        for name in segment_files(self.directory):
             path = os.path.join(self.directory, name)
-            if not os.path.isfile(path) or not name.isdigit():
-                continue
             size = os.path.getsize(path)
-            expected = HEADER_SIZE + self.slots * 4 + self.entries * ENTRY_SIZE
+            expected = index_file_size(self.slots, self.entries)
             if size != expected:
                 if size == 0:
                     os.unlink(path)
@@ -239,8 +253,15 @@ class IndexService:
         while os.path.exists(os.path.join(self.directory, index_file_name(ms))):
             ms += 1
         path = os.path.join(self.directory, index_file_name(ms))
-        f = IndexFile(path, self.slots, self.entries, create=True, syncer=self.syncer,
-                      end_phy=last.end_phy if last else 0, end_ts=last.end_ts if last else 0)
+        f = IndexFile(
+            path,
+            self.slots,
+            self.entries,
+            create=True,
+            syncer=self.syncer,
+            end_phy=last.end_phy if last else 0,
+            end_ts=last.end_ts if last else 0,
+        )
         self.files.append(f)
         if last is not None:
             self._retire(last)
@@ -248,13 +269,15 @@ class IndexService:
 
     def _retire(self, full: IndexFile) -> None:
         """Flush a full file in the background and record its end time in the checkpoint."""
-        def work():
+
+        def work() -> None:
             try:
                 full.flush()
             except ValueError:  # closed meanwhile (shutdown or deleted)
                 return
             if self.on_file_full is not None:
                 self.on_file_full(full.end_ts)
+
         threading.Thread(target=work, name="index-flush", daemon=True).start()
 
     def add(self, hashes: np.ndarray, phys: np.ndarray, tss: np.ndarray, sys_flags: np.ndarray) -> int:
@@ -273,16 +296,18 @@ class IndexService:
                 done += f.put_hashes(hashes[done:], phys[done:], tss[done:])
             return done
 
-    def build(self, topics: Sequence[str], keys: Sequence[list[str] | None], phys: Sequence[int],
-              tss: Sequence[int], sys_flags: Sequence[int]) -> int:
+    def build(
+        self, topics: Sequence[str], keys: Sequence[list[str] | None], phys: Sequence[int], tss: Sequence[int], sys_flags: Sequence[int]
+    ) -> int:
         """Index records given with their key strings (tools and tests)."""
         flat = [(f"{t}#{k}", p, ts, sf) for t, ks, p, ts, sf in zip(topics, keys, phys, tss, sys_flags) if ks for k in ks]
         if not flat:
             return 0
         h = codec.jhash_many([f[0] for f in flat]).astype(np.int64)
         h = np.where(h == -0x80000000, 0, np.abs(h))
-        return self.add(h, np.array([f[1] for f in flat], np.int64), np.array([f[2] for f in flat], np.int64),
-                        np.array([f[3] for f in flat], np.int64))
+        return self.add(
+            h, np.array([f[1] for f in flat], np.int64), np.array([f[2] for f in flat], np.int64), np.array([f[3] for f in flat], np.int64)
+        )
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Candidate phy offsets (hash matches, newest first); the caller checks the key."""

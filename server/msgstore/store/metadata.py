@@ -1,4 +1,4 @@
-"""Metadata JSON files under ``config/`` (STORE_SPEC §10): topics, consumer offsets,
+"""Metadata JSON files under ``config/`` (docs/store-format.md §10): topics, consumer offsets,
 subscription groups and the persisted store configuration.
 
 Every file is written atomically (new file, fsync, rename) with the previous version kept as
@@ -104,11 +104,18 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
 
     def to_json(self) -> dict[str, Any]:
-        return {"topicName": self.name, "readQueueNums": self.read_queue_nums, "writeQueueNums": self.write_queue_nums,
-                "perm": self.perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+        return {
+            "topicName": self.name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+        }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TopicConfig":
+    def from_json(cls, d: dict[str, Any]) -> TopicConfig:
         return cls(d["topicName"], int(d.get("readQueueNums", 8)), int(d.get("writeQueueNums", 8)), int(d.get("perm", 6)))
 
 
@@ -127,8 +134,7 @@ class TopicTable(JsonFile):
         self.data_version = int(raw.get("dataVersion", {}).get("counter", 0))
 
     def encode(self) -> Any:
-        return {"topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
-                "dataVersion": {"counter": self.data_version}}
+        return {"topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())}, "dataVersion": {"counter": self.data_version}}
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
@@ -218,9 +224,16 @@ class SubscriptionGroups(JsonFile):
         if group in self.groups:
             return
         with self.lock:
-            self.groups[group] = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
-                                  "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
-                                  "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1}
+            self.groups[group] = {
+                "groupName": group,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "retryQueueNums": 1,
+                "retryMaxTimes": 16,
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+            }
             self.data_version += 1
             self.dirty = True
 

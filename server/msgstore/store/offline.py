@@ -10,8 +10,9 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,57 +20,30 @@ from ..record import codec
 from .clock import Clock
 from .config import StoreConfig
 from .consume_queue import FILLER_SIZE, UNIT, UNIT_DTYPE
-from .index import ENTRY_SIZE, HEADER_SIZE, IndexFile
+from .index import IndexFile
+from .layout import StoreLayout, first_file_size, index_geometry, segment_files
 from .metadata import read_json
 from .segment_queue import SegmentQueue, SegmentSizeError
 
 Progress = Callable[[str, int, int], None]
 
 
-def _config(root: str, settings: dict[str, Any] | None) -> StoreConfig:
-    persisted = read_json(os.path.join(root, "config", "store.json")) or {}
+def store_layout(root: str, settings: dict[str, Any] | None = None) -> tuple[StoreConfig, StoreLayout]:
+    """The configuration a store root was written with (its persisted settings, then
+    ``settings`` on top) and where that puts its files (``storePath*`` included)."""
+    persisted = read_json(StoreLayout.of(root, StoreConfig()).config_file("store.json")) or {}
     merged = dict(persisted.get("values", {}))
     merged.update(settings or {})
-    return StoreConfig(merged)
-
-
-def _file_size(directory: str) -> int | None:
-    if not os.path.isdir(directory):
-        return None
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if name.isdigit() and os.path.isfile(path) and os.path.getsize(path):
-            return os.path.getsize(path)
-    return None
-
-
-def _cq_dirs(root: str) -> list[tuple[str, int, str]]:
-    base = os.path.join(root, "consumequeue")
-    out = []
-    if not os.path.isdir(base):
-        return out
-    for topic in sorted(os.listdir(base)):
-        tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir), key=lambda x: (len(x), x)):
-            if q.isdigit() and os.path.isdir(os.path.join(tdir, q)):
-                out.append((topic, int(q), os.path.join(tdir, q)))
-    return out
+    cfg = StoreConfig(merged)
+    return cfg, StoreLayout.of(root, cfg)
 
 
 def _index_geometry(cfg: StoreConfig, size: int) -> tuple[int, int] | None:
-    slots, entries = cfg.maxHashSlotNum, cfg.maxIndexNum
-    if HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE == size:
-        return slots, entries
-    if (size - HEADER_SIZE) % 84 == 0:  # the reference's ratio of 4 entries per slot
-        s = (size - HEADER_SIZE) // 84
-        return s, 4 * s
-    return None
+    return index_geometry(size, cfg.maxHashSlotNum, cfg.maxIndexNum)
 
 
-def _lock_holder(root: str) -> str | None:
-    path = os.path.join(root, "lock")
+def _lock_holder(layout: StoreLayout) -> str | None:
+    path = layout.lock_path
     if not os.path.exists(path):
         return None
     fd = os.open(path, os.O_RDONLY)
@@ -85,7 +59,7 @@ def _lock_holder(root: str) -> str | None:
 
 def _queue_units(directory: str, file_size: int) -> np.ndarray:
     parts = []
-    for name in sorted(n for n in os.listdir(directory) if n.isdigit()):
+    for name in segment_files(directory):
         with open(os.path.join(directory, name), "rb") as f:
             data = f.read()
         units = np.frombuffer(data[: len(data) - len(data) % UNIT], dtype=UNIT_DTYPE)
@@ -108,11 +82,10 @@ def _queue_units(directory: str, file_size: int) -> np.ndarray:
 def inspect_dir(root: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root} is not a directory")
-    cfg = _config(root, settings)
-    out: dict[str, Any] = {"root": os.path.abspath(root), "abort_file": os.path.exists(os.path.join(root, "abort")),
-                           "locked_by_pid": _lock_holder(root)}
-    cl_dir = os.path.join(root, "commitlog")
-    seg_size = _file_size(cl_dir) or cfg.mappedFileSizeCommitLog
+    cfg, layout = store_layout(root, settings)
+    out: dict[str, Any] = {"root": layout.root, "abort_file": os.path.exists(layout.abort_path), "locked_by_pid": _lock_holder(layout)}
+    cl_dir = layout.commitlog_dir
+    seg_size = first_file_size(cl_dir) or cfg.mappedFileSizeCommitLog
     segs = []
     if os.path.isdir(cl_dir):
         q = SegmentQueue(cl_dir, seg_size, clock=Clock())
@@ -124,46 +97,59 @@ def inspect_dir(root: str, settings: dict[str, Any] | None = None) -> dict[str, 
                 while stop == "limit" and pos < s.size:
                     _cols, pos, stop, _bad = codec.scan_records(s.mm, pos, s.size, False, s.start, 65536)
                 end = s.start + (s.size if stop == "blank" else pos)
-            segs.append({"name": os.path.basename(s.path), "start": s.start, "size": s.size,
-                         "records_end": end, "mtime_ms": s.mtime_ms()})
+            segs.append({"name": os.path.basename(s.path), "start": s.start, "size": s.size, "records_end": end, "mtime_ms": s.mtime_ms()})
         out["commitlog_damage"] = list(q.damage)
         q.close()
     out["commitlog"] = segs
     cq_size = None
     queues = []
-    for topic, qid, d in _cq_dirs(root):
-        cq_size = cq_size or _file_size(d) or cfg.cq_file_size
+    for topic, qid, d in layout.queue_dirs():
+        cq_size = cq_size or first_file_size(d) or cfg.cq_file_size
         units = _queue_units(d, cq_size)
         real = units[~((units["phy"] == 0) & (units["size"] == FILLER_SIZE))] if len(units) else units
-        queues.append({"topic": topic, "queue_id": qid, "segments": len([n for n in os.listdir(d) if n.isdigit()]),
-                       "min_offset": int(real["offset"][0]) if len(real) else 0,
-                       "max_offset": int(units["offset"][-1]) + 1 if len(units) else 0,
-                       "max_phy_offset": int(real["phy"][-1] + real["size"][-1]) if len(real) else -1})
+        queues.append(
+            {
+                "topic": topic,
+                "queue_id": qid,
+                "segments": len(segment_files(d)),
+                "min_offset": int(real["offset"][0]) if len(real) else 0,
+                "max_offset": int(units["offset"][-1]) + 1 if len(units) else 0,
+                "max_phy_offset": int(real["phy"][-1] + real["size"][-1]) if len(real) else -1,
+            }
+        )
     out["consume_queues"] = queues
-    idx_dir = os.path.join(root, "index")
-    files = []
-    if os.path.isdir(idx_dir):
-        for name in sorted(n for n in os.listdir(idx_dir) if n.isdigit()):
-            path = os.path.join(idx_dir, name)
-            geo = _index_geometry(cfg, os.path.getsize(path))
-            if geo is None:
-                files.append({"name": name, "error": "size does not match maxHashSlotNum/maxIndexNum"})
-                continue
-            f = IndexFile(path, geo[0], geo[1], create=False, readonly=True)
-            files.append({"name": name, "slots": f.slots, "capacity": f.entries - 1, "keys": f.index_count - 1,
-                          "used_slots": f.slot_count, "begin_timestamp": f.begin_ts, "end_timestamp": f.end_ts,
-                          "begin_phy_offset": f.begin_phy, "end_phy_offset": f.end_phy})
-            f.close()
+    files: list[dict[str, Any]] = []
+    for path in layout.index_files():
+        name = os.path.basename(path)
+        geo = _index_geometry(cfg, os.path.getsize(path))
+        if geo is None:
+            files.append({"name": name, "error": "size does not match maxHashSlotNum/maxIndexNum"})
+            continue
+        f = IndexFile(path, geo[0], geo[1], create=False, readonly=True)
+        files.append(
+            {
+                "name": name,
+                "slots": f.slots,
+                "capacity": f.entries - 1,
+                "keys": f.index_count - 1,
+                "used_slots": f.slot_count,
+                "begin_timestamp": f.begin_ts,
+                "end_timestamp": f.end_ts,
+                "begin_phy_offset": f.begin_phy,
+                "end_phy_offset": f.end_phy,
+            }
+        )
+        f.close()
     out["index"] = files
-    cp_path = os.path.join(root, "checkpoint")
+    cp_path = layout.checkpoint_path
     if os.path.exists(cp_path):
         with open(cp_path, "rb") as fh:
             raw = fh.read(40)
         names = ["physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "masterFlushedOffset", "confirmPhyOffset"]
         out["checkpoint"] = dict(zip(names, struct.unpack(">qqqqq", raw.ljust(40, b"\0"))))
-    topics = read_json(os.path.join(root, "config", "topics.json")) or {}
+    topics = read_json(layout.config_file("topics.json")) or {}
     out["topics"] = sorted(topics.get("topicConfigTable", {}))
-    offsets = read_json(os.path.join(root, "config", "consumerOffset.json")) or {}
+    offsets = read_json(layout.config_file("consumerOffset.json")) or {}
     out["consumer_offsets"] = offsets.get("offsetTable", {})
     return out
 
@@ -191,11 +177,11 @@ class FsckReport:
 def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress | None = None) -> FsckReport:
     """Check a store offline: records parse with good CRCs, consume-queue units point at the
     right records, and every key is in the index. Never writes."""
-    cfg = _config(root, settings)
+    cfg, layout = store_layout(root, settings)
     rep = FsckReport()
     tell = progress or (lambda stage, done, total: None)
-    cl_dir = os.path.join(root, "commitlog")
-    seg_size = _file_size(cl_dir) or cfg.mappedFileSizeCommitLog
+    cl_dir = layout.commitlog_dir
+    seg_size = first_file_size(cl_dir) or cfg.mappedFileSizeCommitLog
     cl = SegmentQueue(cl_dir, seg_size, clock=Clock())
     try:
         cl.load(readonly=True)
@@ -213,11 +199,18 @@ def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress |
         pos = 0
         while True:
             cols, pos, stop, bad = codec.scan_records(seg.mm, pos, seg.size, True, seg.start, 65536)
-            remap = [topic_names.index(t) if t in topic_names else (topic_names.append(t) or len(topic_names) - 1)
-                     for t in cols.topic_names]
+            remap = []
+            for t in cols.topic_names:
+                if t not in topic_names:
+                    topic_names.append(t)
+                remap.append(topic_names.index(t))
             for j in range(len(cols)):
-                record_index[int(cols.phys[j])] = (int(cols.sizes[j]), remap[cols.topic_ids[j]], int(cols.queue_ids[j]),
-                                                   int(cols.queue_offsets[j]))
+                record_index[int(cols.phys[j])] = (
+                    int(cols.sizes[j]),
+                    remap[cols.topic_ids[j]],
+                    int(cols.queue_ids[j]),
+                    int(cols.queue_offsets[j]),
+                )
             key_hashes.append(cols.key_hashes)
             key_phys.append(cols.phys[cols.key_owner])
             rep.records += len(cols)
@@ -226,15 +219,14 @@ def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress |
             if stop != "limit" or pos >= seg.size:
                 break
         if stop == "bad" and (i < len(segs) - 1 or seg.data_end(pos) > pos):
-            rep.add(f"commitlog {seg.start:020d}: bad record at offset {seg.start + pos}"
-                    + (" (length mismatch)" if bad > 0 else ""))
+            rep.add(f"commitlog {seg.start:020d}: bad record at offset {seg.start + pos}" + (" (length mismatch)" if bad > 0 else ""))
         rep.commitlog_end = seg.start + pos if stop != "blank" else seg.start + seg.size
     cl_min = segs[0].start if segs else 0
     cl.close()
     # consume queues
-    cqs = _cq_dirs(root)
+    cqs = layout.queue_dirs()
     for n, (topic, qid, d) in enumerate(cqs):
-        units = _queue_units(d, _file_size(d) or cfg.cq_file_size)
+        units = _queue_units(d, first_file_size(d) or cfg.cq_file_size)
         for off, phy, size, _tag in units.tolist():
             if phy == 0 and size == FILLER_SIZE:
                 continue
@@ -254,20 +246,18 @@ def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress |
     if key_hashes:
         kh = np.concatenate(key_hashes)
         kp = np.concatenate(key_phys)
-        idx_dir = os.path.join(root, "index")
         ents = []
         floor = None
-        if os.path.isdir(idx_dir):
-            for name in sorted(n for n in os.listdir(idx_dir) if n.isdigit()):
-                path = os.path.join(idx_dir, name)
-                geo = _index_geometry(cfg, os.path.getsize(path))
-                if geo is None:
-                    rep.add(f"index {name}: size does not match maxHashSlotNum/maxIndexNum")
-                    continue
-                f = IndexFile(path, geo[0], geo[1], create=False, readonly=True)
-                floor = f.begin_phy if floor is None else min(floor, f.begin_phy)
-                ents.append(f.entries_array().copy())
-                f.close()
+        for path in layout.index_files():
+            name = os.path.basename(path)
+            geo = _index_geometry(cfg, os.path.getsize(path))
+            if geo is None:
+                rep.add(f"index {name}: size does not match maxHashSlotNum/maxIndexNum")
+                continue
+            f = IndexFile(path, geo[0], geo[1], create=False, readonly=True)
+            floor = f.begin_phy if floor is None else min(floor, f.begin_phy)
+            ents.append(f.entries_array().copy())
+            f.close()
         covered = kp >= (floor if floor is not None else 0)
         if not ents:
             if len(kh):

@@ -1,4 +1,4 @@
-"""Crash recovery (STORE_SPEC §8, §12.1, §12.2, §12.7).
+"""Crash recovery (docs/store-format.md §8, §12.1, §12.2, §12.7).
 
 Find the end of the last good record, re-dispatch what the consume queues and index lack,
 cut everything after the end (zeroing the bytes, so stale data can never pass for records) and
@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
-from ..record import codec
+from .checkpoint import Checkpoint
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .dispatch import Dispatcher
+from .index import IndexService
+from .queue_table import QueueTable
 from .segment import Segment
-
-if TYPE_CHECKING:
-    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -47,79 +50,85 @@ class RecoveryReport:
             return 0.0
         return min(1.0, self.bytes_scanned / self.bytes_to_scan)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["progress"] = self.progress
         return d
 
 
-def _first_record_ok(seg: Segment) -> tuple[bool, int]:
-    """(first record parses with CRC, its store time)."""
-    size, ok = codec.check(seg.mm, 0, seg.size, True)
-    if not ok or size <= 0:
-        return False, 0
-    return True, codec.store_timestamp_of(seg.mm, 0)
-
-
-def normal_start(segs: list[Segment], cq_max_phy: int) -> int:
+def normal_start(cl: CommitLog, segs: list[Segment], cq_max_phy: int) -> int:
     """Last segment whose first record parses and lies at or before the queues' max."""
     for i in range(len(segs) - 1, -1, -1):
         if segs[i].start <= max(cq_max_phy, 0):
-            ok, _ = _first_record_ok(segs[i])
+            ok, _ = cl.first_record(segs[i])
             if ok:
                 return i
     return 0
 
 
-def abnormal_start(segs: list[Segment], min_timestamp: int) -> int:
+def abnormal_start(cl: CommitLog, segs: list[Segment], min_timestamp: int) -> int:
     """Last segment whose first record's store time is at or before the checkpoint's."""
     for i in range(len(segs) - 1, -1, -1):
-        ok, ts = _first_record_ok(segs[i])
+        ok, ts = cl.first_record(segs[i])
         if ok and ts != 0 and ts <= min_timestamp:
             return i
     return 0
 
 
 class Recovery:
-    def __init__(self, store: "MessageStore", report: RecoveryReport):
-        self.store = store
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: QueueTable,
+        index: IndexService,
+        checkpoint: Checkpoint,
+        dispatcher: Dispatcher,
+        settings: Callable[[], StoreConfig],
+        report: RecoveryReport,
+        now_ms: Callable[[], int],
+    ):
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.checkpoint = checkpoint
+        self.dispatcher = dispatcher
+        self.settings = settings
         self.report = report
+        self.now_ms = now_ms
         self.last_store_ts = 0
 
     def run(self, last_exit_ok: bool) -> None:
-        store, report = self.store, self.report
+        report = self.report
         report.mode = "normal" if last_exit_ok else "abnormal"
         report.state = "running"
-        report.started_ms = store.clock.now_ms()
+        report.started_ms = self.now_ms()
         t0 = time.monotonic()
-        cl = store.commitlog
-        cqs = list(store.consume_queues())
+        cl = self.commitlog
+        cqs = self.queues.all()
         for cq in cqs:
             cq.recover()
         segs = list(cl.segments.segments)
         report.damage.extend(cl.segments.damage)
         if not segs:
-            for cq in cqs:
-                cq.destroy()
-            store.drop_all_consume_queues()
-            store.index.destroy_all()
+            self.queues.drop_all()
+            self.index.destroy_all()
             self._finish(0, t0)
             return
         cq_max = max((cq.max_phy_offset for cq in cqs), default=-1)
         if last_exit_ok:
-            strict_idx = normal_start(segs, cq_max)
+            strict_idx = normal_start(cl, segs, cq_max)
         else:
-            strict_idx = abnormal_start(segs, store.checkpoint.min_timestamp())
+            strict_idx = abnormal_start(cl, segs, self.checkpoint.min_timestamp())
         scan_idx = strict_idx
-        idx_end = store.index.end_phy
-        if store.config.messageIndexEnable and idx_end < segs[strict_idx].start:
+        idx_end = self.index.end_phy
+        if self.settings().messageIndexEnable and idx_end < segs[strict_idx].start:
             # §12.2: the index lost entries (files destroyed after a crash, or deleted): start
             # earlier and re-index every record the discarded files covered.
             catch_up = cl.segments.find(max(idx_end, segs[0].start), first_if_missing=True)
             scan_idx = segs.index(catch_up) if catch_up in segs else 0
         report.bytes_to_scan = sum(s.size for s in segs[scan_idx:])
         end = self._scan(segs, scan_idx, strict_idx)
-        if store.index.end_phy > idx_end:
+        if self.index.end_phy > idx_end:
             report.index_rebuilt_from = idx_end
         self._finish(end, t0)
 
@@ -129,15 +138,15 @@ class Recovery:
         Segments before ``strict`` are only read to rebuild the index: a bad record there is
         reported as damage and the walk moves on to the next segment instead of cutting the log.
         """
-        store, report = self.store, self.report
-        check_crc = store.config.checkCRCOnRecover
-        dispatcher = store.dispatcher
+        report, cl = self.report, self.commitlog
+        check_crc = self.settings().checkCRCOnRecover
+        dispatcher = self.dispatcher
         end = segs[first].start
         for i in range(first, len(segs)):
             seg = segs[i]
             pos = 0
             while True:
-                cols, pos, stop, _bad = codec.scan_records(seg.mm, pos, seg.size, check_crc, seg.start, CHUNK)
+                cols, pos, stop, _bad = cl.scan_segment(seg, pos, check_crc, CHUNK)
                 if len(cols):
                     dispatcher.apply_columns(cols)
                     report.records_scanned += len(cols)
@@ -160,21 +169,21 @@ class Recovery:
         return end
 
     def _finish(self, end: int, t0: float) -> None:
-        store, report = self.store, self.report
-        cl = store.commitlog
+        report = self.report
+        cl = self.commitlog
         truncated = cl.segments.truncate_dirty(end)
         cl.segments.set_positions_after_recovery(end)
         for seg in cl.segments.segments[:-1]:
             seg.close_writer()
         report.bytes_truncated = truncated
-        for cq in list(store.consume_queues()):
+        for cq in self.queues.all():
             cq.truncate_dirty(end)
-        store.index.truncate(end)
-        store.rebuild_queue_offsets()
+        self.index.truncate(end)
+        self.queues.rebuild_offsets()
         cl_min = cl.min_offset
-        for cq in list(store.consume_queues()):
+        for cq in self.queues.all():
             cq.correct_min_offset(cl_min)
-        store.dispatcher.reput_from = end
+        self.dispatcher.reput_from = end
         if self.last_store_ts:
             cl.last_store_ts = self.last_store_ts
         report.commitlog_end = end
@@ -182,6 +191,11 @@ class Recovery:
         report.state = "done"
         if truncated:
             log.warning("recovery truncated %d bytes after offset %d", truncated, end)
-        log.info("%s recovery done in %d ms: end %d, %d records scanned, %d bytes truncated",
-                 report.mode, report.duration_ms, end, report.records_scanned, truncated)
-
+        log.info(
+            "%s recovery done in %d ms: end %d, %d records scanned, %d bytes truncated",
+            report.mode,
+            report.duration_ms,
+            end,
+            report.records_scanned,
+            truncated,
+        )

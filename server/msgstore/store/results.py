@@ -1,10 +1,10 @@
-"""Statuses and results of puts and gets (STORE_SPEC §4 and §7)."""
+"""Statuses and results of puts and gets (docs/store-format.md §4 and §7)."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..record import codec
 
@@ -137,14 +137,16 @@ class GetResult:
         for r in reversed(rel):  # views before the segment they came from
             r()
 
-    def __enter__(self) -> "GetResult":
+    def __enter__(self) -> GetResult:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __len__(self) -> int:
         return len(self.buffers)
 
     def __repr__(self) -> str:
-        return f"GetResult({self.status.name}, next={self.next_offset}, n={len(self.buffers)}, min={self.min_offset}, max={self.max_offset})"
+        return (
+            f"GetResult({self.status.name}, next={self.next_offset}, n={len(self.buffers)}, min={self.min_offset}, max={self.max_offset})"
+        )

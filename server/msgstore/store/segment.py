@@ -2,7 +2,7 @@
 
 A segment knows three positions: ``wrote`` (appended), ``committed`` (copied out of the write
 buffer, when one is used) and ``flushed`` (forced to disk). Readers hold a reference while they
-read so that deletion waits for them (STORE_SPEC §4).
+read so that deletion waits for them (docs/store-format.md §4).
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import logging
 import mmap
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable, Iterator
+
+from ..record.codec import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -25,16 +27,22 @@ def msync(mm: mmap.mmap, offset: int, length: int) -> None:
         mm.flush(offset, length)
 
 
-def segment_name(offset: int) -> str:
-    return f"{offset:020d}"
-
-
 class Segment:
     """A mapped file named by the offset of its first byte."""
 
-    def __init__(self, path: str, start: int, size: int, *, create: bool, syncer: Syncer = msync,
-                 write_buffer: mmap.mmap | None = None, on_release_buffer: Callable[[mmap.mmap], None] | None = None,
-                 preallocate: int = 0, readonly: bool = False):
+    def __init__(
+        self,
+        path: str,
+        start: int,
+        size: int,
+        *,
+        create: bool,
+        syncer: Syncer = msync,
+        write_buffer: mmap.mmap | None = None,
+        on_release_buffer: Callable[[mmap.mmap], None] | None = None,
+        preallocate: int = 0,
+        readonly: bool = False,
+    ):
         self.path = path
         self.start = start
         self.size = size
@@ -99,7 +107,7 @@ class Segment:
 
     # ------------------------------------------------------------------ writing
 
-    def _pwrite(self, pos: int, data) -> None:
+    def _pwrite(self, pos: int, data: Buffer) -> None:
         fd = self._fd
         tmp = None
         if fd is None:
@@ -116,7 +124,7 @@ class Segment:
             if tmp is not None:
                 os.close(tmp)
 
-    def append(self, data) -> int:
+    def append(self, data: Buffer) -> int:
         """Write ``data`` at the write position (the caller checked it fits); returns that position.
 
         OSError (ENOSPC) propagates with the position unchanged, so a failed append leaves
@@ -125,7 +133,7 @@ class Segment:
         pos = self.wrote
         n = len(data)
         if self._buffer is not None:
-            self._buffer[pos:pos + n] = data
+            self._buffer[pos : pos + n] = data
         else:
             self._pwrite(pos, data)
         self.wrote = pos + n
@@ -137,13 +145,13 @@ class Segment:
         """End the segment: the BLANK record claims every remaining byte."""
         pos = self.wrote
         if self._buffer is not None:
-            self._buffer[pos:pos + len(blank)] = blank
+            self._buffer[pos : pos + len(blank)] = blank
         else:
             self._pwrite(pos, blank)
         self.wrote = self.size
         self.full = True
 
-    def write_at(self, pos: int, data) -> None:
+    def write_at(self, pos: int, data: Buffer) -> None:
         """Write at an explicit position (consume queues place units by queue offset)."""
         n = len(data)
         self._pwrite(pos, data)
@@ -152,9 +160,9 @@ class Segment:
         if self.wrote >= self.size:
             self.full = True
 
-    def write_mapped(self, pos: int, data) -> None:
+    def write_mapped(self, pos: int, data: Buffer) -> None:
         """Store into the mapping directly; only for ranges preallocated at creation."""
-        self.mm[pos:pos + len(data)] = data
+        self.mm[pos : pos + len(data)] = data
 
     def commit(self, least_pages: int) -> int:
         """Copy the write buffer into the file; returns the committed position."""
@@ -216,7 +224,7 @@ class Segment:
             self.release()
         return self.flushed
 
-    def _data_extents(self, pos: int):
+    def _data_extents(self, pos: int) -> Iterator[tuple[int, int]]:
         """(begin, end) ranges at or after ``pos`` that hold allocated blocks (holes skipped)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
@@ -245,7 +253,7 @@ class Segment:
             p = begin
             while p < end:
                 n = min(chunk, end - p)
-                kept = len(self.mm[p:p + n].rstrip(b"\0"))
+                kept = len(self.mm[p : p + n].rstrip(b"\0"))
                 if kept:
                     last = p + kept
                 p += n
@@ -271,10 +279,10 @@ class Segment:
 
     def view(self, pos: int, size: int) -> memoryview:
         """A zero-copy view of committed bytes; valid while the caller holds a reference."""
-        return memoryview(self.mm)[pos:pos + size]
+        return memoryview(self.mm)[pos : pos + size]
 
     def read(self, pos: int, size: int) -> bytes:
-        return self.mm[pos:pos + size]
+        return self.mm[pos : pos + size]
 
     # ------------------------------------------------------------------ references and deletion
 

@@ -11,10 +11,11 @@ import logging
 import mmap
 import os
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .clock import Clock
-from .segment import Segment, Syncer, msync, segment_name
+from .layout import segment_files, segment_name
+from .segment import Segment, Syncer, msync
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,16 @@ class WriteBufferPool:
 
 
 class SegmentQueue:
-    def __init__(self, directory: str, segment_size: int, *, clock: Clock, syncer: Syncer = msync,
-                 pool: WriteBufferPool | None = None, preallocate: bool = False):
+    def __init__(
+        self,
+        directory: str,
+        segment_size: int,
+        *,
+        clock: Clock,
+        syncer: Syncer = msync,
+        pool: WriteBufferPool | None = None,
+        preallocate: bool = False,
+    ):
         self.directory = directory
         self.segment_size = segment_size
         self.clock = clock
@@ -65,12 +74,9 @@ class SegmentQueue:
     # ------------------------------------------------------------------ loading
 
     def load(self, readonly: bool = False) -> None:
-        """Map every segment file (STORE_SPEC §1 loading rules); read-only for offline tools,
+        """Map every segment file (docs/store-format.md §1 loading rules); read-only for offline tools,
         which then also leave an empty last file alone."""
-        if not os.path.isdir(self.directory):
-            return
-        names = sorted(n for n in os.listdir(self.directory) if os.path.isfile(os.path.join(self.directory, n)))
-        names = [n for n in names if n.isdigit()]
+        names = segment_files(self.directory)
         segments: list[Segment] = []
         try:
             for i, name in enumerate(names):
@@ -114,11 +120,18 @@ class SegmentQueue:
         path = os.path.join(self.directory, segment_name(start))
         buf = self.pool.borrow() if self.pool is not None else None
         try:
-            seg = Segment(path, start, self.segment_size, create=True, syncer=self.syncer, write_buffer=buf,
-                          on_release_buffer=self.pool.give_back if self.pool is not None else None,
-                          preallocate=self.segment_size if self.preallocate else 0)
+            seg = Segment(
+                path,
+                start,
+                self.segment_size,
+                create=True,
+                syncer=self.syncer,
+                write_buffer=buf,
+                on_release_buffer=self.pool.give_back if self.pool is not None else None,
+                preallocate=self.segment_size if self.preallocate else 0,
+            )
         except BaseException:
-            if buf is not None:
+            if buf is not None and self.pool is not None:
                 self.pool.give_back(buf)
             try:
                 os.unlink(path)
@@ -237,8 +250,9 @@ class SegmentQueue:
 
     # ------------------------------------------------------------------ deletion
 
-    def delete_expired_by_time(self, expired_ms: int, interval_ms: int, forcibly_ms: int, clean_now: bool,
-                               batch_max: int, protect_from: int | None = None) -> int:
+    def delete_expired_by_time(
+        self, expired_ms: int, interval_ms: int, forcibly_ms: int, clean_now: bool, batch_max: int, protect_from: int | None = None
+    ) -> int:
         """Delete expired segments oldest first, never the newest, never from the middle (§9).
 
         ``protect_from``: a phy offset whose segment and all later ones are kept unless
@@ -291,10 +305,10 @@ class SegmentQueue:
         return False
 
     def _forget(self, gone: Iterable[Segment]) -> None:
-        gone = set(id(s) for s in gone)
-        if gone:
+        ids = {id(s) for s in gone}
+        if ids:
             with self._lock:
-                self.segments = [s for s in self.segments if id(s) not in gone]
+                self.segments = [s for s in self.segments if id(s) not in ids]
 
     def destroy_all(self) -> None:
         for seg in self.segments:

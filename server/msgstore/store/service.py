@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +64,49 @@ class ServiceThread:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+
+class PeriodicService(ServiceThread):
+    """Runs ``work`` every ``interval()`` seconds, the first time after ``delay()`` (both read
+    on every cycle, so a configuration change applies to the next wait)."""
+
+    def __init__(self, name: str, work: Callable[[], object], interval: Callable[[], float], delay: Callable[[], float] | None = None):
+        super().__init__()
+        self.name = name
+        self.work = work
+        self.interval = interval
+        self.delay = delay or interval
+        self._first = True
+
+    def cycle(self) -> None:
+        wait = self.delay() if self._first else self.interval()
+        self._first = False
+        self._stopped.wait(wait)
+        if not self.stopped:
+            self.work()
+
+
+class PacedService(ServiceThread):
+    """The loop the commit-log flusher, the write-buffer committer and the consume-queue
+    flusher share: every ``interval`` ms, work if at least ``least pages`` are dirty, and on
+    everything once ``thorough`` ms have passed since the last full pass; a last full pass at
+    stop. ``pacing()`` returns the three settings (re-read each cycle: they are hot)."""
+
+    def __init__(self, name: str, work: Callable[[int], object], pacing: Callable[[], tuple[int, int, int]]):
+        super().__init__()
+        self.name = name
+        self.work = work
+        self.pacing = pacing
+        self._last_thorough = time.monotonic()
+
+    def cycle(self) -> None:
+        interval_ms, least_pages, thorough_ms = self.pacing()
+        self.wait(interval_ms / 1000)
+        now = time.monotonic()
+        if now - self._last_thorough >= thorough_ms / 1000:
+            self._last_thorough = now
+            least_pages = 0
+        self.work(least_pages)
+
+    def on_stop(self) -> None:
+        self.work(0)

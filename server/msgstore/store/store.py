@@ -9,30 +9,31 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import threading
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..record import codec
 from .checkpoint import Checkpoint
-from .cleanup import CommitLogCleaner, ConsumeQueueCleaner, DiskMonitor, ScheduledRunner
+from .cleanup import CommitLogCleaner, ConsumeQueueCleaner, DiskMonitor, DiskUsage
 from .clock import Clock, DiskProbe
-from .commitlog import AppendError, CommitLog
+from .commitlog import AppendError, CommitLog, ReadMiss
 from .config import HOT_KEYS, ConfigError, ConfigUpdate, StoreConfig, validate
 from .consume_queue import ConsumeQueue, is_filler
-from .dispatch import Dispatcher, Hint
-from .flush import (CommitService, ConsumeQueueFlushService, FlushRequest, GroupCommitService, RealTimeFlushService, commit_all,
-                    flush_commitlog)
+from .dispatch import ArrivalListener, Dispatcher, Hint
+from .flush import FlushObserver, FlushRequest, GroupCommitService, commit_all, flush_commitlog, flush_consume_queues
 from .index import IndexService
+from .layout import StoreLayout
 from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error
+from .queue_table import QueueTable
 from .recovery import Recovery, RecoveryReport
 from .results import GetResult, GetStatus, PutResult, PutStatus, Unavailable, failed
+from .running_flags import RunningFlags
 from .segment import Syncer, msync
-from .service import ServiceThread
+from .service import PacedService, PeriodicService, ServiceThread
 
 log = logging.getLogger(__name__)
-_SIZE_MAGIC = codec._S_SIZE_MAGIC  # TOTALSIZE and MAGICCODE at the start of a record
 
 MAX_SCAN_UNITS = 800  # consume-queue units looked at per pull, matched or not
 
@@ -46,15 +47,28 @@ class StoreStateError(RuntimeError):
 
 
 class MessageStore:
-    def __init__(self, root: str, settings: StoreConfig | Mapping[str, Any] | None = None, *,
-                 clock: Clock | None = None, disk_probe: DiskProbe | None = None, syncer: Syncer = msync,
-                 store_host: tuple[str, int] = ("127.0.0.1", 10911)):
+    """A facade over the store's parts: the commit log, the queue table, the index, the
+    checkpoint, the metadata files and the running flags, with the services that keep them
+    (flush, dispatch, cleanup, disk monitor). Each service is given the parts it works on,
+    never the store."""
+
+    def __init__(
+        self,
+        root: str,
+        settings: StoreConfig | Mapping[str, Any] | None = None,
+        *,
+        clock: Clock | None = None,
+        disk_probe: DiskProbe | None = None,
+        syncer: Syncer = msync,
+        store_host: tuple[str, int] = ("127.0.0.1", 10911),
+    ):
         self.root = os.path.abspath(root)
         if isinstance(settings, StoreConfig):
             self.explicit_settings = settings.non_defaults()
         else:
             self.explicit_settings = dict(settings or {})
         self.config = StoreConfig(self.explicit_settings)  # validated early: bad settings fail here
+        self.layout = StoreLayout.of(self.root, self.config)
         self.clock = clock or Clock()
         self.disk_probe = disk_probe or DiskProbe()
         self.syncer = syncer
@@ -63,50 +77,48 @@ class MessageStore:
         self.recovery_report = RecoveryReport()
         self.generation = 0
         self.pending_restart: dict[str, Any] = {}
-        self.disk_ratio: float | None = None
-        self._unavailable: set[Unavailable] = set()
-        self._flags_lock = threading.Lock()
-        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
-        self._cq_lock = threading.RLock()
-        self._queue_offsets: dict[tuple[str, int], int] = {}
-        self._queue_locks: dict[tuple[str, int], threading.Lock] = {}
-        self._queue_locks_lock = threading.Lock()
+        self.flags = RunningFlags()
         self._config_lock = threading.Lock()
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._lock_fd: int | None = None
-        self._services: list = []
-        self.flusher: GroupCommitService | RealTimeFlushService | None = None
-        self.committer: CommitService | None = None
+        self._services: list[ServiceThread] = []
+        self.flusher: GroupCommitService | PacedService | None = None
+        self.committer: PacedService | None = None
         self.commitlog: CommitLog = None  # type: ignore[assignment]
+        self.queues: QueueTable = None  # type: ignore[assignment]
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0, "bad_units": 0}
-        self.flush_observers: list = []  # callables(seconds) told how long each commit-log flush took
+        self.flush_observers: list[FlushObserver] = []
+
+    def settings(self) -> StoreConfig:
+        """The configuration in effect now (services read it on every cycle: hot keys apply)."""
+        return self.config
 
     # ================================================================== paths
 
     @property
     def commitlog_dir(self) -> str:
-        return self.config.storePathCommitLog or os.path.join(self.root, "commitlog")
+        return self.layout.commitlog_dir
 
     @property
     def consumequeue_dir(self) -> str:
-        return self.config.storePathConsumeQueue or os.path.join(self.root, "consumequeue")
+        return self.layout.consumequeue_dir
 
     @property
     def index_dir(self) -> str:
-        return self.config.storePathIndex or os.path.join(self.root, "index")
+        return self.layout.index_dir
 
     @property
     def config_dir(self) -> str:
-        return os.path.join(self.root, "config")
+        return self.layout.config_dir
 
     @property
     def abort_path(self) -> str:
-        return os.path.join(self.root, "abort")
+        return self.layout.abort_path
 
     # ================================================================== lifecycle
 
-    def start(self, lock_wait_s: float = 0.0) -> "MessageStore":
+    def start(self, lock_wait_s: float = 0.0) -> MessageStore:
         """Lock the root, load everything, recover and start the services.
 
         ``lock_wait_s``: how long to wait for another process to let go of the root (a previous
@@ -136,15 +148,31 @@ class MessageStore:
             self.offsets.load()
             self.groups = SubscriptionGroups(self.config_dir)
             self.groups.load()
-            self.checkpoint = Checkpoint(os.path.join(self.root, "checkpoint"))
+            self.checkpoint = Checkpoint(self.layout.checkpoint_path)
             self.commitlog = CommitLog(self.commitlog_dir, self.config, clock=self.clock, syncer=self.syncer, store_host=self.store_host)
             self.commitlog.load()
-            self._load_consume_queues()
-            self.index = IndexService(self.index_dir, self.config.maxHashSlotNum, self.config.maxIndexNum, clock=self.clock,
-                                      syncer=self.syncer, on_file_full=self._index_file_full)
+            self.queues = QueueTable(self.layout, self.config.cq_file_size, clock=self.clock, syncer=self.syncer)
+            self.queues.load()
+            self.index = IndexService(
+                self.index_dir,
+                self.config.maxHashSlotNum,
+                self.config.maxIndexNum,
+                clock=self.clock,
+                syncer=self.syncer,
+                on_file_full=self._index_file_full,
+            )
             self.recovery_report.index_files_destroyed = self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
-            self.dispatcher = Dispatcher(self)
-            Recovery(self, self.recovery_report).run(last_exit_ok)
+            self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.flags, self.settings)
+            Recovery(
+                self.commitlog,
+                self.queues,
+                self.index,
+                self.checkpoint,
+                self.dispatcher,
+                self.settings,
+                self.recovery_report,
+                self.clock.now_ms,
+            ).run(last_exit_ok)
             self._register_discovered_topics()
             self._start_services()
             self.state = "running"
@@ -158,7 +186,7 @@ class MessageStore:
         return self
 
     def _acquire_lock(self) -> None:
-        path = os.path.join(self.root, "lock")
+        path = self.layout.lock_path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -167,8 +195,9 @@ class MessageStore:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
             finally:
                 os.close(fd)
-            raise StoreLockedError(f"store directory {self.root} is in use by another process"
-                                   + (f" (pid {holder})" if holder else "")) from None
+            raise StoreLockedError(
+                f"store directory {self.root} is in use by another process" + (f" (pid {holder})" if holder else "")
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
@@ -205,28 +234,11 @@ class MessageStore:
         except ConfigError as e:
             log.error("ignoring persisted settings in %s: %s", self.persisted_config.path, e)
             self.config = StoreConfig(self.explicit_settings)
-
-    def _load_consume_queues(self) -> None:
-        root = self.consumequeue_dir
-        if not os.path.isdir(root):
-            return
-        for topic in sorted(os.listdir(root)):
-            tdir = os.path.join(root, topic)
-            if not os.path.isdir(tdir) or codec.topic_error(topic):
-                continue
-            for q in sorted(os.listdir(tdir)):
-                if not q.isdigit() or not os.path.isdir(os.path.join(tdir, q)):
-                    continue
-                cq = self._new_cq(topic, int(q))
-                cq.load()
-                self._cqs[(topic, int(q))] = cq
+        self.layout = StoreLayout.of(self.root, self.config)  # storePath* may come from the persisted settings
 
     def _register_discovered_topics(self) -> None:
         """Queues on disk whose topic is missing from topics.json (lost metadata) are kept."""
-        seen: dict[str, int] = {}
-        for topic, qid in self._cqs:
-            seen[topic] = max(seen.get(topic, 0), qid + 1)
-        for topic, n in seen.items():
+        for topic, n in self.queues.topics().items():
             if self.topics.get(topic) is None:
                 log.warning("topic %s has queues on disk but is missing from topics.json; registered", topic)
                 n = max(n, self.config.defaultTopicQueueNums)
@@ -234,23 +246,70 @@ class MessageStore:
 
     def _start_services(self) -> None:
         cfg = self.config
+        cl, cp = self.commitlog, self.checkpoint
         if cfg.transientStorePoolEnable:
-            self.committer = CommitService(self)
+            self.committer = PacedService(
+                "commit-commitlog",
+                self._commit,
+                lambda: (
+                    self.config.commitIntervalCommitLog,
+                    self.config.commitCommitLogLeastPages,
+                    self.config.commitCommitLogThoroughInterval,
+                ),
+            )
             self._services.append(self.committer)
-        self.flusher = GroupCommitService(self) if cfg.flushDiskType == "SYNC_FLUSH" else RealTimeFlushService(self)
-        self.cq_flusher = ConsumeQueueFlushService(self)
-        self.cleaner = CommitLogCleaner(self)
-        self.cq_cleaner = ConsumeQueueCleaner(self)
-        self.disk_monitor = DiskMonitor(self)
+        if cfg.flushDiskType == "SYNC_FLUSH":
+            self.flusher = GroupCommitService(cl, cp, self.flush_observers, self.dispatcher.wakeup)
+        else:
+            self.flusher = PacedService(
+                "flush-commitlog",
+                lambda least: flush_commitlog(cl, cp, self.flush_observers, least),
+                lambda: (
+                    self.config.flushIntervalCommitLog,
+                    self.config.flushCommitLogLeastPages,
+                    self.config.flushCommitLogThoroughInterval,
+                ),
+            )
+        self.cq_flusher = PacedService(
+            "flush-consumequeue",
+            self._flush_consume_queues,
+            lambda: (
+                self.config.flushIntervalConsumeQueue,
+                self.config.flushConsumeQueueLeastPages,
+                self.config.flushConsumeQueueThoroughInterval,
+            ),
+        )
+        self.disk = DiskUsage(self.layout, self.disk_probe, self.flags, self.settings)
+        self.cleaner = CommitLogCleaner(cl, self.disk, self.settings, self.clock, self.retention_guard_offset)
+        self.cq_cleaner = ConsumeQueueCleaner(cl, self.queues, self.index, self.settings, self.clock)
+        self.disk_monitor = DiskMonitor(self.disk, self.settings)
         self.disk_monitor.check()
+        cleaning = (lambda: self.config.cleanResourceInterval / 1000, lambda: self.config.cleanResourceInitialDelay / 1000)
         self._services += [
-            self.flusher, self.dispatcher, self.cq_flusher,
-            ScheduledRunner("clean-commitlog", self, self.cleaner.run_once),
-            ScheduledRunner("clean-consumequeue", self, self.cq_cleaner.run_once),
-            self.disk_monitor, _OffsetPersister(self),
+            self.flusher,
+            self.dispatcher,
+            self.cq_flusher,
+            PeriodicService("clean-commitlog", self.cleaner.run_once, *cleaning),
+            PeriodicService("clean-consumequeue", self.cq_cleaner.run_once, *cleaning),
+            self.disk_monitor,
+            PeriodicService("persist-offsets", self._persist_metadata, lambda: self.config.flushConsumerOffsetInterval / 1000),
         ]
         for s in self._services:
             s.start()
+
+    def _commit(self, least_pages: int) -> None:
+        if commit_all(self.commitlog, least_pages):
+            self.dispatcher.wakeup()
+            if self.flusher is not None:
+                self.flusher.wakeup()
+
+    def _flush_consume_queues(self, least_pages: int) -> None:
+        flush_consume_queues(self.queues.all(), self.checkpoint, self.dispatcher.logics_timestamp, least_pages)
+
+    def _persist_metadata(self) -> None:
+        """Consumer offsets and subscription groups every ``flushConsumerOffsetInterval``."""
+        self.offsets.persist_if_dirty()
+        self.groups.persist_if_dirty()
 
     def shutdown(self) -> None:
         """Clean shutdown: refuse new work, drain, flush everything, persist, remove ``abort``."""
@@ -271,13 +330,14 @@ class MessageStore:
                     s.stop()
             if self.committer is not None:
                 self.committer.stop()
-                commit_all(self, 0)
+                commit_all(self.commitlog, 0)
+            assert self.flusher is not None
             self.flusher.stop()
-            flush_commitlog(self, 0)
+            flush_commitlog(self.commitlog, self.checkpoint, self.flush_observers, 0)
             self.dispatcher.stop()
             self.dispatcher._dispatch_to(self.dispatcher.bound())
             self.cq_flusher.stop()
-            self.cq_flusher.flush(0)
+            self._flush_consume_queues(0)
             self.index.flush()
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commitlog.segments.store_timestamp)
             self.checkpoint.flush()
@@ -297,19 +357,24 @@ class MessageStore:
         self.state = "shutdown"
 
     def _close_files(self) -> None:
-        for closer in (lambda: self.commitlog.close(), lambda: [cq.close() for cq in self.consume_queues()],
-                       lambda: self.index.close(), lambda: self.checkpoint.close()):
+        closers: list[Callable[[], object]] = [
+            lambda: self.commitlog.close(),
+            lambda: self.queues.close(),
+            lambda: self.index.close(),
+            lambda: self.checkpoint.close(),
+        ]
+        for closer in closers:
             try:
                 closer()
             except Exception:
                 pass
 
-    def __enter__(self) -> "MessageStore":
+    def __enter__(self) -> MessageStore:
         if self.state == "created":
             self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     @property
@@ -319,99 +384,41 @@ class MessageStore:
     # ================================================================== flags
 
     def mark_unavailable(self, reason: Unavailable) -> None:
-        with self._flags_lock:
-            if reason not in self._unavailable:
-                log.error("store refuses writes: %s", reason.value)
-            self._unavailable.add(reason)
+        self.flags.mark(reason)
 
     def clear_unavailable(self, reason: Unavailable) -> None:
-        with self._flags_lock:
-            if reason in self._unavailable:
-                log.info("store accepts writes again: %s cleared", reason.name)
-            self._unavailable.discard(reason)
+        self.flags.clear(reason)
 
     @property
     def disk_full(self) -> bool:
-        return Unavailable.DISK_FULL in self._unavailable
+        return self.flags.disk_full
 
     def _write_refusal(self) -> Unavailable | None:
         if self.state != "running":
             return Unavailable.RECOVERING if self.state in ("created", "recovering") else Unavailable.SHUTDOWN
-        if self._unavailable:
-            if Unavailable.DISK_FULL in self._unavailable:
-                return Unavailable.DISK_FULL
-            return next(iter(self._unavailable))
-        return None
+        return self.flags.refusal()
+
+    @property
+    def disk_ratio(self) -> float | None:
+        disk = getattr(self, "disk", None)
+        return disk.ratio if disk is not None else None
 
     def disk_usage(self) -> float | None:
-        ratio = self.disk_probe.usage(self.commitlog_dir if os.path.isdir(self.commitlog_dir) else self.root)
-        cq_dir = self.consumequeue_dir
-        if ratio is not None and self.config.storePathConsumeQueue and os.path.isdir(cq_dir):
-            other = self.disk_probe.usage(cq_dir)
-            ratio = None if other is None else max(ratio, other)
-        self.disk_ratio = ratio
-        return ratio
+        return self.disk.read()
 
     def apply_disk_usage(self, ratio: float) -> None:
-        if ratio > self.config.diskSpaceWarningLevelRatio / 100:
-            self.mark_unavailable(Unavailable.DISK_FULL)
-        else:
-            self.clear_unavailable(Unavailable.DISK_FULL)
+        self.disk.apply(ratio)
 
     # ================================================================== queues
 
-    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(topic, queue_id, self.consumequeue_dir, self.config.cq_file_size, clock=self.clock, syncer=self.syncer)
-
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None and create:
-            with self._cq_lock:
-                cq = self._cqs.get((topic, queue_id))
-                if cq is None:
-                    cq = self._new_cq(topic, queue_id)
-                    self._cqs = {**self._cqs, (topic, queue_id): cq}
-        return cq
+        return self.queues.get(topic, queue_id, create)
 
-    def consume_queues(self) -> Iterable[ConsumeQueue]:
-        return list(self._cqs.values())
+    def consume_queues(self) -> list[ConsumeQueue]:
+        return self.queues.all()
 
     def queues_of(self, topic: str) -> list[int]:
-        return sorted(q for t, q in self._cqs if t == topic)
-
-    def drop_all_consume_queues(self) -> None:
-        with self._cq_lock:
-            for cq in self._cqs.values():
-                cq.destroy()
-            self._cqs = {}
-            self._queue_offsets = {}
-        shutil.rmtree(self.consumequeue_dir, ignore_errors=True)
-
-    def _drop_queue(self, topic: str, queue_id: int) -> None:
-        with self._cq_lock:
-            cq = self._cqs.get((topic, queue_id))
-            if cq is None:
-                return
-            rest = dict(self._cqs)
-            del rest[(topic, queue_id)]
-            self._cqs = rest
-            self._queue_offsets.pop((topic, queue_id), None)
-        cq.destroy()
-        tdir = os.path.join(self.consumequeue_dir, topic)
-        try:
-            os.rmdir(tdir)
-        except OSError:
-            pass
-
-    def rebuild_queue_offsets(self) -> None:
-        self._queue_offsets = {key: cq.max_offset for key, cq in self._cqs.items()}
-
-    def _queue_lock(self, key: tuple[str, int]) -> threading.Lock:
-        lock = self._queue_locks.get(key)
-        if lock is None:
-            with self._queue_locks_lock:
-                lock = self._queue_locks.setdefault(key, threading.Lock())
-        return lock
+        return self.queues.queues_of(topic)
 
     def _index_file_full(self, end_ts: int) -> None:
         self.checkpoint.index_msg_timestamp = end_ts
@@ -420,7 +427,7 @@ class MessageStore:
         except OSError:
             log.exception("checkpoint flush failed")
 
-    def add_arrival_listener(self, listener) -> None:
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """``listener(topic, queue_id, max_offset)`` runs on the dispatcher thread after new
         units land (long polling hangs off this)."""
         self.dispatcher.listeners.append(listener)
@@ -452,7 +459,7 @@ class MessageStore:
 
     def put_messages(self, topic: str, queue_id: int, msgs: Sequence[codec.Message]) -> PutResult:
         """Append a batch for one queue: consecutive records, one store time, consecutive
-        queue offsets (STORE_SPEC §4)."""
+        queue offsets (docs/store-format.md §4)."""
         refusal = self._write_refusal()
         if refusal is not None:
             return failed(PutStatus.SERVICE_NOT_AVAILABLE, refusal.value, refusal)
@@ -460,8 +467,9 @@ class MessageStore:
         if checked is not None:
             return checked
         try:
-            batch = codec.prepare_batch(topic, queue_id, msgs, self.commitlog.store_host_bytes, self.clock.now_ms(),
-                                        self.config.maxMessageSize)
+            batch = codec.prepare_batch(
+                topic, queue_id, msgs, self.commitlog.store_host_bytes, self.clock.now_ms(), self.config.maxMessageSize
+            )
         except codec.BatchError as e:
             self.stats["put_failures"] += 1
             reason = e.reason if len(msgs) == 1 else f"message {e.index}: {e.reason}"
@@ -484,7 +492,7 @@ class MessageStore:
             return failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range: topic {topic} has {tc.write_queue_nums} queues")
         return None
 
-    def put_prepared(self, batch, defer_flush: bool = False) -> PutResult:
+    def put_prepared(self, batch: codec.Batch, defer_flush: bool = False) -> PutResult:
         """Append a batch already prepared (validated and encoded) for one queue; the API
         prepares every queue's batch of a request before appending any of them.
 
@@ -515,20 +523,37 @@ class MessageStore:
             return self.flusher.request(end_offset)
         return None
 
-    def _append(self, batch, defer_flush: bool = False) -> PutResult:
+    def _append(self, batch: codec.Batch, defer_flush: bool = False) -> PutResult:
         cl = self.commitlog
         topic, queue_id = batch.topic, batch.queue_id
         key = (topic, queue_id)
-        with self._queue_lock(key):
-            qoff = self._queue_offsets.get(key, 0)
+        with self.queues.append_lock(key):
+            qoff = self.queues.next_offset(key)
             try:
-                app = cl.append(batch, qoff, self.config.osPageCacheBusyTimeOutMills / 1000,
-                                on_appended=lambda phy, end, ts: self.dispatcher.add_hint(
-                                    Hint(phy, end, topic, queue_id, qoff, ts, batch.sizes, batch.tags_codes, batch.key_hashes,
-                                         batch.key_owner, batch.sys_flags, batch.takes_offset)))
+                app = cl.append(
+                    batch,
+                    qoff,
+                    self.config.osPageCacheBusyTimeOutMills / 1000,
+                    on_appended=lambda phy, end, ts: self.dispatcher.add_hint(
+                        Hint(
+                            phy,
+                            end,
+                            topic,
+                            queue_id,
+                            qoff,
+                            ts,
+                            batch.sizes,
+                            batch.tags_codes,
+                            batch.key_hashes,
+                            batch.key_owner,
+                            batch.sys_flags,
+                            batch.takes_offset,
+                        )
+                    ),
+                )
             except AppendError as e:
                 return failed(PutStatus[e.status], e.reason)
-            self._queue_offsets[key] = qoff + batch.count_offsets
+            self.queues.advance(key, qoff + batch.count_offsets)
         status = PutStatus.PUT_OK
         # The dispatcher is not woken per put: it polls every millisecond, as the reference's
         # reput service does. Waking it here made it take the GIL while this thread sat in
@@ -537,14 +562,30 @@ class MessageStore:
             req = self.flusher.request(app.end_offset)
             if not req.wait(self.config.syncFlushTimeout / 1000):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
-        return PutResult(status, "", app.phy_offset, qoff, batch.sizes, app.store_timestamp, cl.store_host_bytes,
-                         batch.takes_offset if batch.count_offsets != len(batch) else None)
+        return PutResult(
+            status,
+            "",
+            app.phy_offset,
+            qoff,
+            batch.sizes,
+            app.store_timestamp,
+            cl.store_host_bytes,
+            batch.takes_offset if batch.count_offsets != len(batch) else None,
+        )
 
     # ================================================================== read path
 
-    def get_message(self, group: str | None, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                    max_bytes: int = 4 * 1024 * 1024, tag_filter: Iterable[str] | str | None = None) -> GetResult:
-        """Pull from one queue (STORE_SPEC §7). Release the result when done with its views."""
+    def get_message(
+        self,
+        group: str | None,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = 32,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_filter: Iterable[str] | str | None = None,
+    ) -> GetResult:
+        """Pull from one queue (docs/store-format.md §7). Release the result when done with its views."""
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -561,8 +602,7 @@ class MessageStore:
         codes = {codec.tags_code(t) for t in tags} if tags else None
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
         removing = False
-        cl = self.commitlog
-        seg = seg_view = None
+        reader = self.commitlog.reader(result)
         next_offset = offset
         scanned = 0
         limit = max(MAX_SCAN_UNITS, max_msgs)
@@ -582,25 +622,17 @@ class MessageStore:
                     continue
                 if codes is not None and tag not in codes:
                     continue
-                if seg is None or not (seg.start <= phy < seg.start + seg.size):
-                    seg = cl.segments.find(phy)  # units mostly share a segment: hold it once per pull
-                    if seg is not None and seg.hold():
-                        seg_view = memoryview(seg.mm)
-                        result.hold(seg.release, seg_view)
-                    else:
-                        seg = None
-                if seg is None or phy - seg.start + size > seg.read_position:
+                view = reader.record(phy, size)
+                if view is ReadMiss.GONE:
                     if not result.buffer_total:
                         removing = True
                     continue
-                pos = phy - seg.start
-                total, magic = _SIZE_MAGIC.unpack_from(seg.mm, pos) if size >= 8 else (0, 0)
-                if total != size or (magic != codec.MAGIC_V1 and magic != codec.MAGIC_V2):
+                if view is ReadMiss.NOT_A_RECORD:
                     # a damaged consume-queue unit: serve nothing rather than bytes that are not
                     # the record (a client would fail to decode them, or worse, decode garbage)
                     self._bad_unit(cq, unit_offset, phy, size)
                     continue
-                view = seg_view[pos:pos + size]
+                assert isinstance(view, memoryview)
                 if tags is not None and _record_tags(view) not in tags:
                     view.release()
                     continue
@@ -617,8 +649,15 @@ class MessageStore:
     def _bad_unit(self, cq: ConsumeQueue, offset: int, phy: int, size: int) -> None:
         self.stats["bad_units"] += 1
         if self.stats["bad_units"] <= 10:
-            log.error("consume queue %s/%d offset %d points at no record (commit-log offset %d, size %d); skipped "
-                      "(msgstore fsck lists such units)", cq.topic, cq.queue_id, offset, phy, size)
+            log.error(
+                "consume queue %s/%d offset %d points at no record (commit-log offset %d, size %d); skipped "
+                "(msgstore fsck lists such units)",
+                cq.topic,
+                cq.queue_id,
+                offset,
+                phy,
+                size,
+            )
 
     def look_message_by_offset(self, phy: int) -> codec.StoredMessage | None:
         raw = self.commitlog.read_record(phy)
@@ -727,18 +766,18 @@ class MessageStore:
         """Destroy queues whose last unit ends below the commit log's min offset."""
         cl_min = self.commitlog.min_offset
         gone = []
-        for (topic, qid), cq in list(self._cqs.items()):
+        for (topic, qid), cq in self.queues.items():
             if 0 <= cq.max_phy_offset <= cl_min and cq.max_phy_offset != -1 and cl_min > 0:
-                self._drop_queue(topic, qid)
+                self.queues.drop(topic, qid)
                 gone.append(f"{topic}/{qid}")
         return gone
 
     def clean_unused_topics(self) -> list[str]:
         """Destroy the queues of topics that are not in topics.json."""
         gone = []
-        for (topic, qid) in list(self._cqs):
+        for (topic, qid), _cq in self.queues.items():
             if self.topics.get(topic) is None:
-                self._drop_queue(topic, qid)
+                self.queues.drop(topic, qid)
                 if topic not in gone:
                     gone.append(topic)
         return gone
@@ -783,7 +822,7 @@ class MessageStore:
             "root": self.root,
             "recovery": rep.as_dict(),
             "writable": self._write_refusal() is None,
-            "unavailable": sorted(u.name for u in self._unavailable),
+            "unavailable": self.flags.names(),
             "disk_full": self.disk_full,
             "disk_usage": self.disk_ratio,
             "config_generation": self.generation,
@@ -791,20 +830,22 @@ class MessageStore:
             "stats": dict(self.stats),
         }
         if cl is not None and self.state in ("running", "shutting_down"):
-            out.update({
-                "min_phy_offset": cl.min_offset,
-                "max_phy_offset": cl.max_offset,
-                "flushed_phy_offset": cl.flushed_offset,
-                "dispatch_behind_bytes": self.dispatcher.behind_bytes,
-                "commitlog_segments": len(cl.segments.segments),
-                "consume_queues": len(self._cqs),
-                "consume_queue_segments": sum(len(cq.segments.segments) for cq in self.consume_queues()),
-                "index_files": len(self.index.files),
-                "topics": len(self.topics.topics),
-                "checkpoint": self.checkpoint.as_dict(),
-                "messages_held": self.messages_held(),
-                "consumer_lag": self.consumer_lag(),
-            })
+            out.update(
+                {
+                    "min_phy_offset": cl.min_offset,
+                    "max_phy_offset": cl.max_offset,
+                    "flushed_phy_offset": cl.flushed_offset,
+                    "dispatch_behind_bytes": self.dispatcher.behind_bytes,
+                    "commitlog_segments": len(cl.segments.segments),
+                    "consume_queues": len(self.queues),
+                    "consume_queue_segments": sum(len(cq.segments.segments) for cq in self.consume_queues()),
+                    "index_files": len(self.index.files),
+                    "topics": len(self.topics.topics),
+                    "checkpoint": self.checkpoint.as_dict(),
+                    "messages_held": self.messages_held(),
+                    "consumer_lag": self.consumer_lag(),
+                }
+            )
         return out
 
 
@@ -821,22 +862,7 @@ def _tag_set(tag_filter: Iterable[str] | str | None) -> frozenset[str] | None:
     return frozenset(parts)
 
 
-def _record_tags(view) -> str | None:
+def _record_tags(view: memoryview) -> str | None:
     """TAGS of a record view, decoded only far enough to find the properties."""
     msg_props = codec.decode(view, 0, with_body=False).properties
     return msg_props.get(codec.PROP_TAGS)
-
-
-class _OffsetPersister(ServiceThread):
-    """Persists consumer offsets every ``flushConsumerOffsetInterval`` (5 s)."""
-
-    name = "persist-offsets"
-
-    def __init__(self, store: MessageStore):
-        super().__init__()
-        self.store = store
-
-    def cycle(self) -> None:
-        self._stopped.wait(self.store.config.flushConsumerOffsetInterval / 1000)
-        self.store.offsets.persist_if_dirty()
-        self.store.groups.persist_if_dirty()

@@ -1,0 +1,123 @@
+"""Every consume queue of a store, by (topic, queue id), with the queue offset each one's next
+message takes (the reference's consume-queue table and topic-queue table).
+
+The map is replaced, never changed in place, so readers take it without a lock; creation and
+removal take the table's lock. Appends to one queue are serialised by that queue's lock, which
+the write path holds while it assigns queue offsets.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+from .clock import Clock
+from .consume_queue import ConsumeQueue
+from .layout import StoreLayout
+from .segment import Syncer, msync
+
+QueueKey = tuple[str, int]
+
+
+class QueueTable:
+    def __init__(self, layout: StoreLayout, file_size: int, *, clock: Clock, syncer: Syncer = msync):
+        self.layout = layout
+        self.file_size = file_size
+        self.clock = clock
+        self.syncer = syncer
+        self._queues: dict[QueueKey, ConsumeQueue] = {}
+        self._lock = threading.RLock()
+        self._next: dict[QueueKey, int] = {}  # the next message's queue offset, per queue
+        self._append_locks: dict[QueueKey, threading.Lock] = {}
+        self._append_locks_lock = threading.Lock()
+
+    def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(topic, queue_id, self.layout.consumequeue_dir, self.file_size, clock=self.clock, syncer=self.syncer)
+
+    def load(self) -> None:
+        """Map every queue found on disk."""
+        for topic, queue_id, _path in self.layout.queue_dirs():
+            cq = self._new(topic, queue_id)
+            cq.load()
+            self._queues[(topic, queue_id)] = cq
+
+    # ------------------------------------------------------------------ lookup
+
+    def get(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None and create:
+            with self._lock:
+                cq = self._queues.get((topic, queue_id))
+                if cq is None:
+                    cq = self._new(topic, queue_id)
+                    self._queues = {**self._queues, (topic, queue_id): cq}
+        return cq
+
+    def all(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def items(self) -> list[tuple[QueueKey, ConsumeQueue]]:
+        return list(self._queues.items())
+
+    def queues_of(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self._queues if t == topic)
+
+    def topics(self) -> dict[str, int]:
+        """Each topic on disk with one more than its highest queue id."""
+        seen: dict[str, int] = {}
+        for topic, qid in self._queues:
+            seen[topic] = max(seen.get(topic, 0), qid + 1)
+        return seen
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    # ------------------------------------------------------------------ queue offsets
+
+    def append_lock(self, key: QueueKey) -> threading.Lock:
+        lock = self._append_locks.get(key)
+        if lock is None:
+            with self._append_locks_lock:
+                lock = self._append_locks.setdefault(key, threading.Lock())
+        return lock
+
+    def next_offset(self, key: QueueKey) -> int:
+        """The queue offset the next message of ``key`` takes (hold its append lock)."""
+        return self._next.get(key, 0)
+
+    def advance(self, key: QueueKey, next_offset: int) -> None:
+        self._next[key] = next_offset
+
+    def rebuild_offsets(self) -> None:
+        """After recovery: every queue continues from its recovered end."""
+        self._next = {key: cq.max_offset for key, cq in self._queues.items()}
+
+    # ------------------------------------------------------------------ removal
+
+    def drop(self, topic: str, queue_id: int) -> None:
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None:
+                return
+            rest = dict(self._queues)
+            del rest[(topic, queue_id)]
+            self._queues = rest
+            self._next.pop((topic, queue_id), None)
+        cq.destroy()
+        try:
+            os.rmdir(os.path.join(self.layout.consumequeue_dir, topic))
+        except OSError:
+            pass
+
+    def drop_all(self) -> None:
+        with self._lock:
+            for cq in self._queues.values():
+                cq.destroy()
+            self._queues = {}
+            self._next = {}
+        shutil.rmtree(self.layout.consumequeue_dir, ignore_errors=True)
+
+    def close(self) -> None:
+        for cq in self.all():
+            cq.close()
