@@ -23,8 +23,12 @@ Credentials: in-cluster (the pod's ServiceAccount), else the kubeconfig."""
 def parser() -> argparse.ArgumentParser:
     from msgstore import __version__
 
-    p = argparse.ArgumentParser(prog="msgstore-operator", description="The Kubernetes operator for MessageStore objects.",
-                                epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="msgstore-operator",
+        description="The Kubernetes operator for MessageStore objects.",
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"msgstore-operator {__version__}")
     return p
 
@@ -35,11 +39,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import handlers  # noqa: F401  (registers the handlers)
 
-    kopf.configure(verbose=os.environ.get("MSGSTORE_OPERATOR_VERBOSE") == "1",
-                   log_format=kopf.LogFormat.JSON if os.environ.get("MSGSTORE_LOG_FORMAT", "json") == "json" else kopf.LogFormat.PLAIN)
+    kopf.configure(
+        verbose=os.environ.get("MSGSTORE_OPERATOR_VERBOSE") == "1",
+        log_format=kopf.LogFormat.JSON if os.environ.get("MSGSTORE_LOG_FORMAT", "json") == "json" else kopf.LogFormat.PLAIN,
+    )
     namespace = os.environ.get("WATCH_NAMESPACE")
-    kopf.run(standalone=True, clusterwide=not namespace, namespaces=[namespace] if namespace else (),
-             liveness_endpoint=os.environ.get("MSGSTORE_LIVENESS", "http://0.0.0.0:8080/healthz"))
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespace,
+        namespaces=[namespace] if namespace else (),
+        liveness_endpoint=os.environ.get("MSGSTORE_LIVENESS", "http://0.0.0.0:8080/healthz"),
+    )
     return 0
 
 

@@ -29,11 +29,15 @@ def roll_step(pods: list[PodView], desired_hash: str, replicas: int, rolling: bo
     if not outdated and not rolling:
         return RollStep("done")
     broken = [p for p in outdated if not p.ready and not p.deleting]
-    healthy_otherwise = all((p := current.get(o)) is not None and not p.deleting and (p in broken or (p.ready and p.recovered))
-                            for o in range(replicas))
+    healthy_otherwise = all(
+        (p := current.get(o)) is not None and not p.deleting and (p in broken or (p.ready and p.recovered)) for o in range(replicas)
+    )
     if broken and healthy_otherwise:
-        return RollStep("delete", broken[0].name, f"replacing {broken[0].name} (outdated and not ready"
-                        + (f": {broken[0].pending}" if broken[0].pending else "") + ")")
+        return RollStep(
+            "delete",
+            broken[0].name,
+            f"replacing {broken[0].name} (outdated and not ready" + (f": {broken[0].pending}" if broken[0].pending else "") + ")",
+        )
     for ordinal in range(replicas - 1, -1, -1):
         p = current.get(ordinal)
         if p is None or p.deleting:
@@ -69,7 +73,7 @@ def pending_pods(pods: list[PodView]) -> list[str]:
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(conditions: list[dict[str, Any]], ctype: str, status: bool, reason: str, message: str = "") -> bool:
@@ -108,11 +112,19 @@ def pod_figures(p: PodView, desired_hash: str) -> dict[str, Any]:
     if p.ip:
         out["ip"] = p.ip
     if st:
-        out.update({"recoveryMode": rec.get("mode", ""), "recoveryState": rec.get("state", ""),
-                    "recoveryMs": int(rec.get("duration_ms", 0)), "diskUsagePercent": -1 if usage is None or usage < 0 else round(usage * 100),
-                    "diskFull": bool(st.get("disk_full")), "minOffset": int(st.get("min_phy_offset", 0)),
-                    "maxOffset": int(st.get("max_phy_offset", 0)), "configGeneration": int(st.get("config_generation", 0)),
-                    "messagesHeld": int(st.get("messages_held", 0))})
+        out.update(
+            {
+                "recoveryMode": rec.get("mode", ""),
+                "recoveryState": rec.get("state", ""),
+                "recoveryMs": int(rec.get("duration_ms", 0)),
+                "diskUsagePercent": -1 if usage is None or usage < 0 else round(usage * 100),
+                "diskFull": bool(st.get("disk_full")),
+                "minOffset": int(st.get("min_phy_offset", 0)),
+                "maxOffset": int(st.get("max_phy_offset", 0)),
+                "configGeneration": int(st.get("config_generation", 0)),
+                "messagesHeld": int(st.get("messages_held", 0)),
+            }
+        )
     if p.error:
         out["error"] = p.error
     return out

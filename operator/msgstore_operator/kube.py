@@ -18,36 +18,62 @@ from kubernetes.client.rest import ApiException
 log = logging.getLogger(__name__)
 
 # (group, resource, verb) of every call below; "" is the core group
-VERBS: frozenset[tuple[str, str, str]] = frozenset({
-    ("msgstore.io", "messagestores", "get"), ("msgstore.io", "messagestores", "list"),
-    ("msgstore.io", "messagestores", "patch"), ("msgstore.io", "messagestores/status", "patch"),
-    ("apps", "statefulsets", "get"), ("apps", "statefulsets", "create"), ("apps", "statefulsets", "patch"),
-    ("apps", "statefulsets", "delete"),
-    ("", "services", "get"), ("", "services", "create"), ("", "services", "patch"),
-    ("", "configmaps", "get"), ("", "configmaps", "create"), ("", "configmaps", "patch"),
-    ("policy", "poddisruptionbudgets", "get"), ("policy", "poddisruptionbudgets", "create"),
-    ("policy", "poddisruptionbudgets", "patch"),
-    ("", "pods", "list"), ("", "pods", "delete"),
-    ("", "persistentvolumeclaims", "list"), ("", "persistentvolumeclaims", "patch"),
-    ("", "secrets", "get"),
-    ("", "events", "create"), ("", "events", "list"),
-})
+VERBS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("msgstore.io", "messagestores", "get"),
+        ("msgstore.io", "messagestores", "list"),
+        ("msgstore.io", "messagestores", "patch"),
+        ("msgstore.io", "messagestores/status", "patch"),
+        ("apps", "statefulsets", "get"),
+        ("apps", "statefulsets", "create"),
+        ("apps", "statefulsets", "patch"),
+        ("apps", "statefulsets", "delete"),
+        ("", "services", "get"),
+        ("", "services", "create"),
+        ("", "services", "patch"),
+        ("", "configmaps", "get"),
+        ("", "configmaps", "create"),
+        ("", "configmaps", "patch"),
+        ("policy", "poddisruptionbudgets", "get"),
+        ("policy", "poddisruptionbudgets", "create"),
+        ("policy", "poddisruptionbudgets", "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "delete"),
+        ("", "persistentvolumeclaims", "list"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("", "secrets", "get"),
+        ("", "events", "create"),
+        ("", "events", "list"),
+    }
+)
 # what Kopf itself needs: watching (and its progress annotations, under messagestores patch)
-KOPF_VERBS: frozenset[tuple[str, str, str]] = frozenset({
-    ("msgstore.io", "messagestores", "list"), ("msgstore.io", "messagestores", "watch"),
-    ("", "pods", "list"), ("", "pods", "watch"),
-})
+KOPF_VERBS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("msgstore.io", "messagestores", "list"),
+        ("msgstore.io", "messagestores", "watch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+    }
+)
 # what the API server's admission asks of us without a call of our own: owner references with
 # blockOwnerDeletion need permission to set finalizers on the owner (OwnerReferencesPermissionEnforcement)
-ADMISSION_VERBS: frozenset[tuple[str, str, str]] = frozenset({
-    ("msgstore.io", "messagestores/finalizers", "update"),
-})
+ADMISSION_VERBS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("msgstore.io", "messagestores/finalizers", "update"),
+    }
+)
 
-PLURALS = {"ConfigMap": ("", "v1", "configmaps"), "Service": ("", "v1", "services"),
-           "StatefulSet": ("apps", "v1", "statefulsets"), "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
-           "Pod": ("", "v1", "pods"), "Secret": ("", "v1", "secrets"), "Event": ("", "v1", "events"),
-           "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
-           "MessageStore": ("msgstore.io", "v1alpha1", "messagestores")}
+PLURALS = {
+    "ConfigMap": ("", "v1", "configmaps"),
+    "Service": ("", "v1", "services"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "Pod": ("", "v1", "pods"),
+    "Secret": ("", "v1", "secrets"),
+    "Event": ("", "v1", "events"),
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
+    "MessageStore": ("msgstore.io", "v1alpha1", "messagestores"),
+}
 
 
 class NotFound(Exception):
@@ -78,14 +104,28 @@ class Kube:
     def __init__(self, api_client: kubernetes.client.ApiClient):
         self.api = api_client
 
-    def _call(self, verb: str, kind: str, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json", sub: str | None = None) -> dict[str, Any]:
+    def _call(
+        self,
+        verb: str,
+        kind: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+        sub: str | None = None,
+    ) -> dict[str, Any]:
         group, _, plural = PLURALS[kind]
         resource = f"{plural}/{sub}" if sub else plural
         assert (group, resource, verb) in VERBS, f"{verb} {group}/{resource} is not in VERBS (and so not in the Role)"
         method_, url, headers, body_, post = self.api.param_serialize(
-            method, path, query_params=query or [], body=body,
-            header_params={"Content-Type": content_type, "Accept": "application/json"}, auth_settings=["BearerToken"])
+            method,
+            path,
+            query_params=query or [],
+            body=body,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
         resp = self.api.call_api(method_, url, header_params=headers, body=body_, post_params=post, _request_timeout=30)
         data = resp.read() if hasattr(resp, "read") else resp.data
         if resp.status == 404:
@@ -114,11 +154,13 @@ class Kube:
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any], sub: str | None = None) -> dict[str, Any]:
         g, v, p = PLURALS[kind]
-        return self._call("patch", kind, "PATCH", _path(g, v, p, namespace, name, sub), body=patch,
-                          content_type="application/merge-patch+json", sub=sub)
+        return self._call(
+            "patch", kind, "PATCH", _path(g, v, p, namespace, name, sub), body=patch, content_type="application/merge-patch+json", sub=sub
+        )
 
-    def list(self, kind: str, namespace: str | None, labels: dict[str, str] | None = None,
-             fields: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def list(
+        self, kind: str, namespace: str | None, labels: dict[str, str] | None = None, fields: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """Objects of a kind in a namespace (every namespace with None), by labels and fields."""
         g, v, p = PLURALS[kind]
         query = []
@@ -128,8 +170,7 @@ class Kube:
             query.append(("fieldSelector", ",".join(f"{k}={val}" for k, val in sorted(fields.items()))))
         items = self._call("list", kind, "GET", _path(g, v, p, namespace), query=query).get("items", [])
         # filter here too: a selector-ignorant API (an emulator) must not make us act on strangers
-        return [i for i in items if all((i.get("metadata", {}).get("labels") or {}).get(k) == val
-                                        for k, val in (labels or {}).items())]
+        return [i for i in items if all((i.get("metadata", {}).get("labels") or {}).get(k) == val for k, val in (labels or {}).items())]
 
     def delete(self, kind: str, namespace: str, name: str, orphan: bool = False) -> None:
         """Delete; ``orphan`` leaves what the object owns in place (a StatefulSet's pods)."""
@@ -143,13 +184,29 @@ class Kube:
     def event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about ``obj`` (from any thread, unlike ``kopf.event``)."""
         meta = obj["metadata"]
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.create({"apiVersion": "v1", "kind": "Event",
-                     "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
-                     "involvedObject": {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""), "name": meta["name"],
-                                        "namespace": meta.get("namespace", "default"), "uid": meta.get("uid", "")},
-                     "type": etype, "reason": reason, "message": message[:1024], "source": {"component": "msgstore-operator"},
-                     "reportingComponent": "msgstore-operator", "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+                "involvedObject": {
+                    "apiVersion": obj.get("apiVersion", ""),
+                    "kind": obj.get("kind", ""),
+                    "name": meta["name"],
+                    "namespace": meta.get("namespace", "default"),
+                    "uid": meta.get("uid", ""),
+                },
+                "type": etype,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": "msgstore-operator"},
+                "reportingComponent": "msgstore-operator",
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+        )
 
 
 def connect(host: str | None = None, token: str | None = None, verify_ssl: bool = True) -> Kube:

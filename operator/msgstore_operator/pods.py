@@ -83,10 +83,10 @@ def _condition(pod: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 def _age_s(meta: dict[str, Any]) -> float:
     try:
-        created = datetime.datetime.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+        created = datetime.datetime.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     except (KeyError, ValueError):
         return float("inf")
-    return (datetime.datetime.now(datetime.timezone.utc) - created).total_seconds()
+    return (datetime.datetime.now(datetime.UTC) - created).total_seconds()
 
 
 def _pending_reason(pod: dict[str, Any]) -> str:
@@ -127,8 +127,9 @@ def admin_token(kube: Kube, spec: Spec) -> str | None:
     try:
         secret = kube.get("Secret", spec.namespace, name)
     except NotFound:
-        raise ReferenceMissing("SecretNotFound", f"Secret {name} (spec.adminTokenSecret) does not exist in "
-                               f"namespace {spec.namespace}") from None
+        raise ReferenceMissing(
+            "SecretNotFound", f"Secret {name} (spec.adminTokenSecret) does not exist in namespace {spec.namespace}"
+        ) from None
     raw = (secret.get("data") or {}).get(key)
     if raw is None:
         raise ReferenceMissing("SecretKeyNotFound", f"Secret {name} has no key {key!r} (spec.adminTokenSecret.key)")
@@ -163,10 +164,16 @@ def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -
         if not _ours(pod, spec):
             continue
         meta, status = pod.get("metadata", {}), pod.get("status") or {}
-        view = PodView(name=meta["name"], ordinal=ordinal_of(meta["name"]), ip=status.get("podIP"),
-                       ready=_condition(pod, "Ready").get("status") == "True", deleting=bool(meta.get("deletionTimestamp")),
-                       restart_hash=(meta.get("annotations") or {}).get(RESTART_HASH, ""), phase=status.get("phase", ""),
-                       pending=_pending_reason(pod))
+        view = PodView(
+            name=meta["name"],
+            ordinal=ordinal_of(meta["name"]),
+            ip=status.get("podIP"),
+            ready=_condition(pod, "Ready").get("status") == "True",
+            deleting=bool(meta.get("deletionTimestamp")),
+            restart_hash=(meta.get("annotations") or {}).get(RESTART_HASH, ""),
+            phase=status.get("phase", ""),
+            pending=_pending_reason(pod),
+        )
         if view.ip and not view.deleting and reachable:
             for candidate in candidates:
                 try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from msgstore.client import StoreError
 from msgstore.store.config import HOT_KEYS, StoreConfig
+from msgstore.wire import config_text
 
 from . import decide, render
 from .kube import ApiError, Kube
@@ -23,8 +24,7 @@ log = logging.getLogger(__name__)
 
 # What Kopf kept under msgstore.io/ before its bookkeeping moved to kopf.msgstore.io/ (see
 # handlers): left behind, the marker would keep hiding our own annotations from Kopf.
-LEGACY_ANNOTATIONS = ("msgstore.io/kopf-managed", "msgstore.io/last-handled", "msgstore.io/reconcile",
-                      "msgstore.io/observe")
+LEGACY_ANNOTATIONS = ("msgstore.io/kopf-managed", "msgstore.io/last-handled", "msgstore.io/reconcile", "msgstore.io/observe")
 LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker", "msgstore.io/finalizer")
 
 # where a live object's fields may be changed (the rest is immutable or owned by the cluster)
@@ -144,8 +144,7 @@ class Reconciler:
             token = admin_token(self.kube, spec)
         except ReferenceMissing as e:
             token, missing = None, e
-        self._report(conditions, out, "ReferenceMissing", missing.reason if missing else "", str(missing or ""),
-                     ok_reason="AllFound")
+        self._report(conditions, out, "ReferenceMissing", missing.reason if missing else "", str(missing or ""), ok_reason="AllFound")
         pods = observe(self.kube, spec, token, reachable=missing is None)
         nonce = self._restart_nonce(annotations, status, out)
         replicas = self._replicas(spec, pods, annotations, conditions, out)
@@ -206,8 +205,9 @@ class Reconciler:
             out.waiting = out.waiting or f"scale-down blocked: {blocker}"  # consumption shows in no Kubernetes event
             return current
         decide.set_condition(conditions, "ScaleDownBlocked", False, "Allowed" if not blocker else "Forced", blocker or "")
-        out.events.append(("Normal", "ScaledDown", f"scaling from {current} to {spec.replicas} nodes"
-                           + (f" (forced: {blocker})" if blocker else "")))
+        out.events.append(
+            ("Normal", "ScaledDown", f"scaling from {current} to {spec.replicas} nodes" + (f" (forced: {blocker})" if blocker else ""))
+        )
         return spec.replicas
 
     def _volumes(self, spec: Spec, replicas: int, conditions: list, out: Outcome) -> None:
@@ -228,8 +228,9 @@ class Reconciler:
             have = quantity(have_text)
             if want > have:
                 try:
-                    self.kube.patch("PersistentVolumeClaim", spec.namespace, name,
-                                    {"spec": {"resources": {"requests": {"storage": spec.storage_size}}}})
+                    self.kube.patch(
+                        "PersistentVolumeClaim", spec.namespace, name, {"spec": {"resources": {"requests": {"storage": spec.storage_size}}}}
+                    )
                     out.patched.append(f"expand PersistentVolumeClaim/{name}")
                     out.events.append(("Normal", "VolumeExpanding", f"{name}: {have_text} → {spec.storage_size}"))
                 except ApiError as e:
@@ -246,7 +247,7 @@ class Reconciler:
             live = (p.store or {}).get("config")
             if not live or not p.recovered:
                 continue
-            changes = {k: _text(desired[k]) for k in HOT_KEYS if _text(desired[k]) != live.get(k)}
+            changes = {k: config_text(desired[k]) for k in HOT_KEYS if config_text(desired[k]) != live.get(k)}
             if not changes:
                 continue
             try:
@@ -259,8 +260,7 @@ class Reconciler:
                 out.events.append(("Warning", "ConfigPushFailed", f"{p.name}: {e}"))
                 out.waiting = out.waiting or f"config not yet pushed to {p.name}"
 
-    def _manual_delete(self, spec: Spec, pods: list[PodView], token: str | None, annotations: dict, status: dict,
-                       out: Outcome) -> None:
+    def _manual_delete(self, spec: Spec, pods: list[PodView], token: str | None, annotations: dict, status: dict, out: Outcome) -> None:
         nonce = annotations.get(MANUAL_DELETE)
         if not nonce:
             return
@@ -283,9 +283,14 @@ class Reconciler:
         out.annotations[MANUAL_DELETE] = None
         deleted = sum(r.get("deletedSegments", 0) for r in results)
         failed = [r["pod"] for r in results if "error" in r]
-        out.events.append(("Warning" if failed else "Normal", "ManualDelete",
-                           f"manual delete {nonce}: {deleted} segments deleted on {len(results) - len(failed)} pods"
-                           + (f"; failed on {', '.join(failed)}" if failed else "")))
+        out.events.append(
+            (
+                "Warning" if failed else "Normal",
+                "ManualDelete",
+                f"manual delete {nonce}: {deleted} segments deleted on {len(results) - len(failed)} pods"
+                + (f"; failed on {', '.join(failed)}" if failed else ""),
+            )
+        )
 
     def _roll(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, status: dict, out: Outcome) -> None:
         roll = dict(status.get("lastRoll") or {})
@@ -307,8 +312,9 @@ class Reconciler:
         status["lastRoll"] = roll
         out.waiting = step.reason
 
-    def _status(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, meta: dict, conditions: list,
-                status: dict, out: Outcome) -> None:
+    def _status(
+        self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, meta: dict, conditions: list, status: dict, out: Outcome
+    ) -> None:
         status["observedGeneration"] = meta.get("generation")
         status["replicas"] = len(pods)  # what exists (the scale subresource's status)
         status["selector"] = spec.selector_text
@@ -317,9 +323,17 @@ class Reconciler:
         pending = decide.pending_pods(pods) + self._pending_claims
         self._report(conditions, out, "PodsPending", "PodsNotRunning", "; ".join(pending), ok_reason="AllRunning")
         refused = [p.name for p in pods if p.token_refused]
-        self._report(conditions, out, "AdminTokenRejected", "AdminTokenRejected",
-                     f"{', '.join(refused)} refuse the admin token of Secret {(spec.admin_secret or {}).get('name')} "
-                     "(and the one they accepted before)" if refused else "", ok_reason="Accepted")
+        self._report(
+            conditions,
+            out,
+            "AdminTokenRejected",
+            "AdminTokenRejected",
+            f"{', '.join(refused)} refuse the admin token of Secret {(spec.admin_secret or {}).get('name')} "
+            "(and the one they accepted before)"
+            if refused
+            else "",
+            ok_reason="Accepted",
+        )
         status["readyReplicas"] = sum(1 for p in mine if p.ready and p.recovered)
         usages = [f["diskUsagePercent"] for f in status["pods"] if f.get("diskUsagePercent", -1) >= 0]
         status["diskUsagePercent"] = max(usages) if usages else 0
@@ -330,17 +344,23 @@ class Reconciler:
             rec = p.recovery
             if rec.get("mode") == "abnormal" and str(rec.get("started_ms")) != str(reported.get(p.name)):
                 reported[p.name] = str(rec.get("started_ms"))
-                out.events.append(("Warning", "AbnormalRecovery",
-                                   f"{p.name} recovered from a crash: {rec.get('state')} in {rec.get('duration_ms')} ms, "
-                                   f"{rec.get('bytes_truncated')} bytes truncated"))
+                out.events.append(
+                    (
+                        "Warning",
+                        "AbnormalRecovery",
+                        f"{p.name} recovered from a crash: {rec.get('state')} in {rec.get('duration_ms')} ms, "
+                        f"{rec.get('bytes_truncated')} bytes truncated",
+                    )
+                )
             if p.store is not None and rec.get("state") != "done":
                 recovering.append(f"{p.name} ({rec.get('mode')}, {float(rec.get('progress', 0)):.0%})")
         status["reportedRecoveries"] = reported
-        decide.set_condition(conditions, "Recovering", bool(recovering), "Recovering" if recovering else "Recovered",
-                             ", ".join(recovering))
+        decide.set_condition(conditions, "Recovering", bool(recovering), "Recovering" if recovering else "Recovered", ", ".join(recovering))
         pressure = decide.disk_pressure(pods, int(StoreConfig(spec.store).diskMaxUsedSpaceRatio))
-        if decide.set_condition(conditions, "DiskPressure", bool(pressure), "HighDiskUsage" if pressure else "DiskOK",
-                                ", ".join(pressure)) and pressure:
+        if (
+            decide.set_condition(conditions, "DiskPressure", bool(pressure), "HighDiskUsage" if pressure else "DiskOK", ", ".join(pressure))
+            and pressure
+        ):
             out.events.append(("Warning", "DiskPressure", ", ".join(pressure)))
         busy = out.waiting
         decide.set_condition(conditions, "Reconciling", bool(busy), "InProgress" if busy else "Reconciled", busy or "")
@@ -349,12 +369,6 @@ class Reconciler:
         ready = not (missing or not_ready or busy)
         why = busy or (f"missing {', '.join(missing)}" if missing else f"not ready: {', '.join(not_ready)}" if not_ready else "")
         decide.set_condition(conditions, "Ready", ready, "AllPodsReady" if ready else "NotReady", why)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _claim_size(sts: dict[str, Any]) -> int:
@@ -375,4 +389,3 @@ def _last_warning(kube: Kube, namespace: str, name: str) -> str:
         return ""
     e = max(warnings, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     return f": {e.get('reason', '')}: {e.get('message', '')}"
-

@@ -15,8 +15,16 @@ UID = 10001
 
 
 def owner(spec: Spec) -> list[dict[str, Any]]:
-    return [{"apiVersion": API_VERSION, "kind": KIND, "name": spec.name, "uid": spec.uid or "unknown",
-             "controller": True, "blockOwnerDeletion": True}]
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": spec.name,
+            "uid": spec.uid or "unknown",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def _meta(spec: Spec, name: str) -> dict[str, Any]:
@@ -24,34 +32,73 @@ def _meta(spec: Spec, name: str) -> dict[str, Any]:
 
 
 def config_map(spec: Spec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, spec.config_map),
-            "data": {"store.conf": spec.store_conf()}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, spec.config_map), "data": {"store.conf": spec.store_conf()}}
 
 
 def headless_service(spec: Spec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.headless),
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": dict(spec.selector),
-                     "ports": [{"name": "grpc", "port": spec.port, "targetPort": "grpc", "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(spec, spec.headless),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": dict(spec.selector),
+            "ports": [{"name": "grpc", "port": spec.port, "targetPort": "grpc", "protocol": "TCP"}],
+        },
+    }
 
 
 def client_service(spec: Spec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.name),
-            "spec": {"type": "ClusterIP", "selector": dict(spec.selector),
-                     "ports": [{"name": "grpc", "port": spec.port, "targetPort": "grpc", "protocol": "TCP"},
-                               {"name": "metrics", "port": spec.port + 1, "targetPort": "metrics", "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(spec, spec.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": dict(spec.selector),
+            "ports": [
+                {"name": "grpc", "port": spec.port, "targetPort": "grpc", "protocol": "TCP"},
+                {"name": "metrics", "port": spec.port + 1, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }
 
 
 def pod_disruption_budget(spec: Spec) -> dict[str, Any]:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec, spec.name),
-            "spec": {"maxUnavailable": spec.max_unavailable, "selector": {"matchLabels": dict(spec.selector)}}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(spec, spec.name),
+        "spec": {"maxUnavailable": spec.max_unavailable, "selector": {"matchLabels": dict(spec.selector)}},
+    }
 
 
 def container_args(spec: Spec) -> list[str]:
     dns = f"{spec.headless}.{spec.namespace}.svc.cluster.local:{spec.port}"
-    args = ["serve", "--data-dir", DATA_DIR, "--host", "0.0.0.0", "--port", str(spec.port),
-            "--config", f"{CONFIG_DIR}/store.conf", "--peers-dns", dns, "--node-name", "$(POD_NAME)",
-            "--advertise", f"$(POD_IP):{spec.port}", "--metrics-port", str(spec.port + 1), "--metrics-host", "0.0.0.0",
-            "--log-format", "json"]
+    args = [
+        "serve",
+        "--data-dir",
+        DATA_DIR,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.port),
+        "--config",
+        f"{CONFIG_DIR}/store.conf",
+        "--peers-dns",
+        dns,
+        "--node-name",
+        "$(POD_NAME)",
+        "--advertise",
+        f"$(POD_IP):{spec.port}",
+        "--metrics-port",
+        str(spec.port + 1),
+        "--metrics-host",
+        "0.0.0.0",
+        "--log-format",
+        "json",
+    ]
     if spec.admin_secret:
         args += ["--admin-token-file", f"{ADMIN_DIR}/{spec.admin_secret.get('key', 'token')}"]
     return args
@@ -64,30 +111,45 @@ def pod_template(spec: Spec) -> dict[str, Any]:
         "image": spec.image,
         "command": ["msgstore"],
         "args": container_args(spec),
-        "env": [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}}
-                for n, p in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_IP", "status.podIP"))],
-        "ports": [{"name": "grpc", "containerPort": spec.port, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": spec.port + 1, "protocol": "TCP"}],
+        "env": [
+            {"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}}
+            for n, p in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_IP", "status.podIP"))
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": spec.port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": spec.port + 1, "protocol": "TCP"},
+        ],
         "resources": spec.resources or {"requests": {"cpu": "500m", "memory": "1Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+        },
         # recovery of a big store may take minutes: the startup probe allows 30 before liveness begins
         "startupProbe": {**grpc_probe, "periodSeconds": 5, "failureThreshold": 360},
         "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
         "readinessProbe": {**grpc_probe, "periodSeconds": 5, "failureThreshold": 2, "timeoutSeconds": 3},
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
     }
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
-    volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": spec.config_map}},
-                                     {"name": "tmp", "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": spec.config_map}}, {"name": "tmp", "emptyDir": {}}]
     if spec.admin_secret:
         container["volumeMounts"].append({"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True})
         volumes.append({"name": "admin-token", "secret": {"secretName": spec.admin_secret["name"], "defaultMode": 0o440}})
     pod_spec: dict[str, Any] = {
-        "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # a store never calls the Kubernetes API
@@ -115,7 +177,9 @@ def stateful_set(spec: Spec, replicas: int | None = None, nonce: str = "") -> di
         claim_spec["storageClassName"] = spec.storage_class
     retention = {"whenDeleted": spec.retention.get("whenDeleted", "Retain"), "whenScaled": spec.retention.get("whenScaled", "Retain")}
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(spec, spec.name),
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(spec, spec.name),
         "spec": {
             "serviceName": spec.headless,
             "replicas": spec.replicas if replicas is None else replicas,
@@ -124,12 +188,23 @@ def stateful_set(spec: Spec, replicas: int | None = None, nonce: str = "") -> di
             "selector": {"matchLabels": dict(spec.selector)},
             "persistentVolumeClaimRetentionPolicy": retention,
             "template": template,
-            "volumeClaimTemplates": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                      "metadata": {"name": "data", "labels": dict(spec.selector)}, "spec": claim_spec}],
+            "volumeClaimTemplates": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "labels": dict(spec.selector)},
+                    "spec": claim_spec,
+                }
+            ],
         },
     }
 
 
 def all_objects(spec: Spec, replicas: int | None = None, nonce: str = "") -> list[dict[str, Any]]:
-    return [config_map(spec), headless_service(spec), client_service(spec), pod_disruption_budget(spec),
-            stateful_set(spec, replicas, nonce)]
+    return [
+        config_map(spec),
+        headless_service(spec),
+        client_service(spec),
+        pod_disruption_budget(spec),
+        stateful_set(spec, replicas, nonce),
+    ]

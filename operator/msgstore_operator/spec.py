@@ -11,10 +11,12 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from msgstore.store.config import HOT_KEYS, ConfigError, StoreConfig
+from msgstore.store.config import HOT_KEYS, TYPED_KEYS, ConfigError, StoreConfig
+from msgstore.wire import config_text
 
 GROUP = "msgstore.io"
 VERSION = "v1alpha1"
@@ -36,12 +38,7 @@ FORCE_SCALE_DOWN = "msgstore.io/force-scale-down"
 CONFIG_CHECKSUM = "msgstore.io/config-checksum"
 RESTART_HASH = "msgstore.io/restart-hash"
 
-TYPED_STORE_KEYS = (
-    "flushDiskType", "fileReservedTime", "deleteWhen", "diskMaxUsedSpaceRatio", "diskSpaceCleanForciblyRatio",
-    "diskSpaceWarningLevelRatio", "cleanFileForciblyEnable", "deleteFileBatchMax", "mappedFileSizeCommitLog",
-    "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "maxMessageSize", "messageIndexEnable",
-    "syncFlushTimeout", "flushIntervalCommitLog", "retentionGuardGroups",
-)
+TYPED_STORE_KEYS = TYPED_KEYS  # spec.store fields of their own (the rest go in spec.store.extra)
 
 
 class SpecError(ValueError):
@@ -51,12 +48,6 @@ class SpecError(ValueError):
         super().__init__(f"{field_}: {reason}")
         self.field = field_
         self.reason = reason
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 @dataclass(frozen=True)
@@ -134,11 +125,11 @@ def parse(body: Mapping[str, Any]) -> Spec:
     store: dict[str, str] = {}
     for key in TYPED_STORE_KEYS:
         if key in store_spec and store_spec[key] is not None:
-            store[key] = _text(store_spec[key])
+            store[key] = config_text(store_spec[key])
     for key, value in (store_spec.get("extra") or {}).items():
         if key in store:
             raise SpecError(f"spec.store.extra.{key}", f"set it as spec.store.{key} instead")
-        store[key] = _text(value)
+        store[key] = config_text(value)
     try:
         StoreConfig(store)  # the whole configuration, exactly as the pods will validate it
     except ConfigError as e:
@@ -150,17 +141,38 @@ def parse(body: Mapping[str, Any]) -> Spec:
         raise SpecError("spec.replicas", "must be at least 1")
     pdb = spec.get("podDisruptionBudget") or {}
     return Spec(
-        name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""),
-        replicas=replicas, image=spec.get("image") or DEFAULT_IMAGE, image_pull_policy=spec.get("imagePullPolicy"),
-        port=int(spec.get("port", 10911)), resources=dict(spec.get("resources") or {}),
-        storage_size=str(storage.get("size", "10Gi")), storage_class=storage.get("storageClassName"),
-        retention=dict(storage.get("retentionPolicy") or {}), placement=dict(spec.get("placement") or {}),
-        store=store, admin_secret=spec.get("adminTokenSecret"), max_unavailable=int(pdb.get("maxUnavailable", 1)),
-        annotations=dict(meta.get("annotations") or {}))
+        name=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        uid=meta.get("uid", ""),
+        replicas=replicas,
+        image=spec.get("image") or DEFAULT_IMAGE,
+        image_pull_policy=spec.get("imagePullPolicy"),
+        port=int(spec.get("port", 10911)),
+        resources=dict(spec.get("resources") or {}),
+        storage_size=str(storage.get("size", "10Gi")),
+        storage_class=storage.get("storageClassName"),
+        retention=dict(storage.get("retentionPolicy") or {}),
+        placement=dict(spec.get("placement") or {}),
+        store=store,
+        admin_secret=spec.get("adminTokenSecret"),
+        max_unavailable=int(pdb.get("maxUnavailable", 1)),
+        annotations=dict(meta.get("annotations") or {}),
+    )
 
 
-_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "k": 10**3, "M": 10**6, "G": 10**9,
-          "T": 10**12, "P": 10**15, "": 1}
+_UNITS = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "": 1,
+}
 
 
 def quantity(text: str) -> int:

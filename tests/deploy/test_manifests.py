@@ -7,6 +7,7 @@ then parsed by the operator, which enforces what the schema cannot (ratio orderi
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -18,15 +19,26 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from msgstore_operator import kube, render, spec as specmod
+from msgstore_operator import kube, render
+from msgstore_operator import spec as specmod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHART = os.path.join(ROOT, "charts", "msgstore")
 CRD_FILE = os.path.join(CHART, "crds", "messagestores.msgstore.io.yaml")
 HELM = os.path.join(os.path.dirname(sys.executable), "helm")
 K8S_VERSIONS = ("1.30.0", "1.37.0")
-SAMPLE_VALUES = ["--set", "store.enabled=true", "--set", "store.replicas=3", "--set", "store.adminTokenSecret.name=orders-admin",
-                 "--set", "store.persistence.storageClass=fast", "--set", "store.extraConfig.defaultTopicQueueNums=16"]
+SAMPLE_VALUES = [
+    "--set",
+    "store.enabled=true",
+    "--set",
+    "store.replicas=3",
+    "--set",
+    "store.adminTokenSecret.name=orders-admin",
+    "--set",
+    "store.persistence.storageClass=fast",
+    "--set",
+    "store.extraConfig.defaultTopicQueueNums=16",
+]
 VARIANTS = {"default": [], "sample-store": SAMPLE_VALUES, "namespace-scope": ["--set", "operator.scope=namespace"]}
 
 
@@ -115,15 +127,18 @@ def test_helm_test_hook_sends_and_reads_a_message_from_the_sample_store():
     assert specmod.parse(store).admin_secret == {"name": "orders-admin"}
 
 
-@pytest.mark.parametrize("values, field", [
-    (["--set", "store.config.diskMaxUsedSpaceRatio=99"], "diskMaxUsedSpaceRatio"),
-    (["--set", "store.config.flushDiskType=SOMETIMES"], "flushDiskType"),
-    (["--set", "store.config.deleteWhen=25"], "deleteWhen"),
-    (["--set", "operator.scope=everywhere"], "scope"),
-    (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
-    (["--set", "store.persistence.size=lots"], "size"),
-    (["--set", "store.replicaz=3"], "replicaz"),
-])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        (["--set", "store.config.diskMaxUsedSpaceRatio=99"], "diskMaxUsedSpaceRatio"),
+        (["--set", "store.config.flushDiskType=SOMETIMES"], "flushDiskType"),
+        (["--set", "store.config.deleteWhen=25"], "deleteWhen"),
+        (["--set", "operator.scope=everywhere"], "scope"),
+        (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+        (["--set", "store.persistence.size=lots"], "size"),
+        (["--set", "store.replicaz=3"], "replicaz"),
+    ],
+)
 def test_values_schema_rejects_bad_values_naming_the_field(values, field):
     out = helm("template", "r1", CHART, *values, check=False)
     assert out.returncode != 0
@@ -140,8 +155,7 @@ def test_rbac_grants_exactly_what_the_operator_calls():
 
 
 def test_deploy_directory_is_rendered_from_the_chart():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render_deploy.py"), "--check"],
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render_deploy.py"), "--check"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     with open(os.path.join(ROOT, "deploy", "operator.yaml")) as f:
         for doc in docs(f.read()):
@@ -166,14 +180,17 @@ def test_samples_validate_and_the_operator_output_for_them_validates(sample):
     validate(render.stateful_set(spec, replicas=max(1, spec.replicas - 1), nonce="r-1"))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"replicas": 0}, "replicas"),
-    ({"store": {"diskMaxUsedSpaceRatio": 96}}, "diskMaxUsedSpaceRatio"),
-    ({"store": {"flushDiskType": "LATER"}}, "flushDiskType"),
-    ({"store": {"deleteWhen": "4;24"}}, "deleteWhen"),
-    ({"storage": {"size": "ten"}}, "size"),
-    ({"imagePullPolicy": "Sometimes"}, "imagePullPolicy"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"replicas": 0}, "replicas"),
+        ({"store": {"diskMaxUsedSpaceRatio": 96}}, "diskMaxUsedSpaceRatio"),
+        ({"store": {"flushDiskType": "LATER"}}, "flushDiskType"),
+        ({"store": {"deleteWhen": "4;24"}}, "deleteWhen"),
+        ({"storage": {"size": "ten"}}, "size"),
+        ({"imagePullPolicy": "Sometimes"}, "imagePullPolicy"),
+    ],
+)
 def test_crd_schema_rejects_bad_values(change, message):
     with open(os.path.join(ROOT, "deploy", "samples", "production.yaml")) as f:
         body = yaml.safe_load(f)
@@ -186,9 +203,13 @@ def test_crd_schema_rejects_bad_values(change, message):
 
 def test_ratio_order_is_enforced_by_the_crd_rules_and_the_operator():
     with open(CRD_FILE) as f:
-        rules = yaml.safe_load(f)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["store"]["x-kubernetes-validations"]
-    assert {r["message"] for r in rules} == {"diskSpaceWarningLevelRatio must be >= diskSpaceCleanForciblyRatio",
-                                             "diskSpaceCleanForciblyRatio must be >= diskMaxUsedSpaceRatio"}
+        rules = yaml.safe_load(f)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["store"][
+            "x-kubernetes-validations"
+        ]
+    assert {r["message"] for r in rules} == {
+        "diskSpaceWarningLevelRatio must be >= diskSpaceCleanForciblyRatio",
+        "diskSpaceCleanForciblyRatio must be >= diskMaxUsedSpaceRatio",
+    }
     with open(os.path.join(ROOT, "deploy", "samples", "production.yaml")) as f:
         body = yaml.safe_load(f)
     bad = copy.deepcopy(body)
@@ -204,8 +225,10 @@ def test_crd_has_status_subresource_short_name_and_printer_columns():
         crd = yaml.safe_load(f)
     (v,) = crd["spec"]["versions"]
     assert crd["spec"]["scope"] == "Namespaced" and "mstore" in crd["spec"]["names"]["shortNames"]
-    assert v["subresources"] == {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                                                         "labelSelectorPath": ".status.selector"}}
+    assert v["subresources"] == {
+        "status": {},
+        "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"},
+    }
     columns = {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
     assert list(columns) == ["Ready", "Pods", "Desired", "Disk%", "Age"]
     # the columns read fields the operator writes: ready pods beside the desired count
@@ -224,3 +247,27 @@ def test_one_image_runs_server_and_operator_as_the_non_root_user_the_manifests_e
     assert "'msgstore[operator]'" in dockerfile and "COPY build/wheels " in dockerfile
     with open(os.path.join(ROOT, ".dockerignore")) as f:
         assert "!build/wheels" in f.read()  # a docker build context without the virtualenv
+
+
+def test_crd_and_values_schema_follow_the_settings_table():
+    """spec.store, the chart's store.config and the operator's typed keys come from one table
+    (msgstore.store.config.KEYS); once they disagreed (a minimum of 64 here, 4096 there)."""
+    from msgstore.store import config
+
+    with open(CRD_FILE) as f:
+        store = yaml.safe_load(f)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["store"]
+    with open(os.path.join(CHART, "values.schema.json")) as f:
+        values = json.load(f)["properties"]["store"]["properties"]["config"]["properties"]
+    assert set(store["properties"]) - {"extra"} == set(values) == set(config.TYPED_KEYS) == set(specmod.TYPED_STORE_KEYS)
+    for key in config.TYPED_KEYS:
+        spec = config.KEYS[key]
+        for schema in (store["properties"][key], values[key]):
+            assert schema.get("minimum") == spec.minimum and schema.get("maximum") == spec.maximum, key
+            assert schema.get("enum") == (list(spec.choices) if spec.choices else None), key
+    assert store["properties"]["mappedFileSizeCommitLog"]["minimum"] == config.KEYS["mappedFileSizeCommitLog"].minimum == 64
+    # a value the table refuses is refused by the schema too, and the other way round
+    for key, bad in (("deleteWhen", "4;24"), ("retentionGuardGroups", "bad/group"), ("flushDiskType", "LATER")):
+        with pytest.raises(config.ConfigError):
+            config.StoreConfig({key: bad})
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, store["properties"][key])

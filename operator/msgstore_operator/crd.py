@@ -1,0 +1,171 @@
+"""The MessageStore CustomResourceDefinition, built here so that ``spec.store`` comes from the
+store's own settings table (``msgstore.store.config.KEYS``): type, bounds, choices, patterns,
+description and the ratio-order rules. ``scripts/render_deploy.py`` writes it into the chart
+(and the chart's values schema's ``store.config``); a test fails when the files are stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgstore.store.config import KEYS, RATIO_ORDER, TYPED_KEYS, json_schema
+
+from .spec import GROUP, KIND, PLURAL, VERSION
+
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+
+
+def _free_form(description: str) -> dict[str, Any]:
+    return {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": description}
+
+
+def store_properties() -> dict[str, Any]:
+    """``spec.store``: every typed setting, and ``extra`` for the rest (by reference name)."""
+    props = {key: json_schema(key) for key in TYPED_KEYS}
+    props["extra"] = {
+        "type": "object",
+        "description": "Other store keys, by reference name (values as strings).",
+        "additionalProperties": {"type": "string"},
+    }
+    return props
+
+
+def ratio_rules() -> list[dict[str, str]]:
+    return [
+        {"rule": f"!has(self.{a}) || !has(self.{b}) || self.{a} >= self.{b}", "message": f"{a} must be >= {b}"}
+        for a, b in zip(RATIO_ORDER, RATIO_ORDER[1:])
+    ]
+
+
+def spec_schema() -> dict[str, Any]:
+    retention = {"type": "string", "enum": ["Retain", "Delete"]}
+    return {
+        "type": "object",
+        "properties": {
+            "replicas": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 64,
+                "default": 1,
+                "description": "Store nodes. Scaling down is refused while a node to remove holds unconsumed messages.",
+            },
+            "image": {"type": "string", "description": "Store image (default the operator's own image)."},
+            "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+            "port": {"type": "integer", "minimum": 1024, "maximum": 65535, "default": 10911},
+            "resources": _free_form("Container resources (a core/v1 ResourceRequirements)."),
+            "storage": {
+                "type": "object",
+                "properties": {
+                    "size": {
+                        "type": "string",
+                        "pattern": QUANTITY,
+                        "default": "10Gi",
+                        "description": "Volume size per node; growing it expands the volumes where the StorageClass allows.",
+                    },
+                    "storageClassName": {"type": "string"},
+                    "retentionPolicy": {"type": "object", "properties": {"whenDeleted": retention, "whenScaled": retention}},
+                },
+            },
+            "placement": {
+                "type": "object",
+                "properties": {
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "tolerations": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    "affinity": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                    "topologySpreadConstraints": {
+                        "type": "array",
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                    },
+                    "priorityClassName": {"type": "string"},
+                },
+            },
+            "store": {
+                "type": "object",
+                "description": "Store settings (reference names); hot ones apply without a restart.",
+                "x-kubernetes-validations": ratio_rules(),
+                "properties": store_properties(),
+            },
+            "adminTokenSecret": {
+                "type": "object",
+                "required": ["name"],
+                "description": "A Secret holding the admin token the store requires on its admin API.",
+                "properties": {"name": {"type": "string"}, "key": {"type": "string", "default": "token"}},
+            },
+            "podDisruptionBudget": {"type": "object", "properties": {"maxUnavailable": {"type": "integer", "minimum": 0, "default": 1}}},
+        },
+    }
+
+
+def definition() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/name": "msgstore"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": ["mstore"],
+                "categories": ["msgstore"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                        {
+                            "name": "Pods",
+                            "type": "integer",
+                            "description": "Pods Ready with their recovery done",
+                            "jsonPath": ".status.readyReplicas",
+                        },
+                        {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                        {"name": "Disk%", "type": "integer", "jsonPath": ".status.diskUsagePercent"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A durable message store; every replica is an independent store node with its own volume.",
+                            "properties": {
+                                "spec": spec_schema(),
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def values_store_config() -> dict[str, Any]:
+    """The chart's ``store.config`` in values.schema.json: the same typed settings."""
+    props = {}
+    for key in TYPED_KEYS:
+        prop = json_schema(key)
+        prop.pop("description", None)
+        props[key] = prop
+    return {
+        "type": "object",
+        "description": "store settings by reference name; the MessageStore CRD validates them again",
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
+__all__ = ["definition", "values_store_config", "KEYS"]
