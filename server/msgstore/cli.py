@@ -11,43 +11,14 @@ import datetime as dt
 import json
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
+
+from .output import body_text as _body_text
+from .output import emit as _emit
+from .output import table as _table
 
 DEFAULT_SERVER = "127.0.0.1:10911"
-
-
-# ------------------------------------------------------------------------------------------- output
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
-
-
-def _emit(args, data: Any, columns: list[str] | None = None) -> None:
-    if args.json:
-        print(json.dumps(data, indent=None if isinstance(data, list) else 2, default=str))
-    elif columns is not None:
-        print(_table(data, columns))
-    elif isinstance(data, dict):
-        width = max((len(k) for k in data), default=0)
-        for k, v in data.items():
-            print(f"{k.ljust(width)}  {v if not isinstance(v, (dict, list)) else json.dumps(v, default=str)}")
-    else:
-        print(data)
-
-
-def _body_text(body: bytes) -> str:
-    try:
-        text = body.decode("utf-8")
-        if text.isprintable() or all(c.isprintable() or c in "\n\t" for c in text):
-            return text
-    except UnicodeDecodeError:
-        pass
-    return repr(body)
 
 
 # ------------------------------------------------------------------------------------------- client side
@@ -72,9 +43,16 @@ def _token_source(path: str | None, env: str | None):
 def _client(args):
     from .client import Client
 
-    return Client(args.server, token=_read_token(args.token_file, args.token_env),
-                  admin_token=_read_token(args.admin_token_file, args.admin_token_env), tls_ca=args.tls_ca,
-                  tls_cert=args.tls_cert, tls_key=args.tls_key, server_name=args.server_name, timeout=args.timeout)
+    return Client(
+        args.server,
+        token=_read_token(args.token_file, args.token_env),
+        admin_token=_read_token(args.admin_token_file, args.admin_token_env),
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        server_name=args.server_name,
+        timeout=args.timeout,
+    )
 
 
 def cmd_send(args) -> int:
@@ -91,16 +69,32 @@ def cmd_send(args) -> int:
     with _client(args) as c:
         queue = None
         if args.queue is not None:
-            queue = next((q for q in c.route(args.topic).queues if q.queue_id == args.queue
-                          and (args.node is None or args.node in (q.node, q.address))), None)
+            queue = next(
+                (
+                    q
+                    for q in c.route(args.topic).queues
+                    if q.queue_id == args.queue and (args.node is None or args.node in (q.node, q.address))
+                ),
+                None,
+            )
             if queue is None:
                 print(f"error: no queue {args.queue} of {args.topic}" + (f" on {args.node}" if args.node else ""), file=sys.stderr)
                 return 2
-        res = c.send_batch(args.topic, [OutMessage(body, keys=args.key, tags=args.tags, properties=props)],
-                           key=args.key[0] if args.key else None, queue=queue,
-                           wait_flush=False if args.no_wait_flush else None)[0]
-    row = {"status": res.status, "message_id": res.message_id, "node": res.node, "queue": res.queue_id,
-           "offset": res.queue_offset, "commitlog_offset": res.commitlog_offset}
+        res = c.send_batch(
+            args.topic,
+            [OutMessage(body, keys=args.key, tags=args.tags, properties=props)],
+            key=args.key[0] if args.key else None,
+            queue=queue,
+            wait_flush=False if args.no_wait_flush else None,
+        )[0]
+    row = {
+        "status": res.status,
+        "message_id": res.message_id,
+        "node": res.node,
+        "queue": res.queue_id,
+        "offset": res.queue_offset,
+        "commitlog_offset": res.commitlog_offset,
+    }
     if res.error:
         row["error"] = res.error
     _emit(args, row)
@@ -134,12 +128,20 @@ def _parse_time(text: str) -> int:
 
 
 def _message_row(node: str, m) -> dict[str, Any]:
-    return {"node": node, "queue": m.queue_id, "offset": m.queue_offset, "msg_id": m.msg_id, "tags": m.tags or "",
-            "keys": " ".join(m.user_keys), "store_time": _ms(m.store_timestamp), "body": _body_text(m.body)}
+    return {
+        "node": node,
+        "queue": m.queue_id,
+        "offset": m.queue_offset,
+        "msg_id": m.msg_id,
+        "tags": m.tags or "",
+        "keys": " ".join(m.user_keys),
+        "store_time": _ms(m.store_timestamp),
+        "body": _body_text(m.body),
+    }
 
 
 def _ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
 def cmd_pull(args) -> int:
@@ -147,8 +149,11 @@ def cmd_pull(args) -> int:
 
     with _client(args) as c:
         route = c.route(args.topic)
-        queues = [q for q in route.queues if (args.queue is None or q.queue_id == args.queue)
-                  and (args.node is None or args.node in (q.node, q.address))]
+        queues = [
+            q
+            for q in route.queues
+            if (args.queue is None or q.queue_id == args.queue) and (args.node is None or args.node in (q.node, q.address))
+        ]
         consumer = Consumer(c, args.group, args.topic, tag_filter=args.tag_filter, max_messages=min(args.max, 1024))
         if args.group and args.start is None:  # resume where the group left off
             consumer.positions = {q: off for q, off in consumer.positions.items() if q in queues}
@@ -188,8 +193,19 @@ def _line(row: dict[str, Any]) -> str:
 def cmd_query(args) -> int:
     with _client(args) as c:
         found = c.query(args.topic, args.key, args.max)
-    rows = [{"node": node, "queue": m.queue_id, "offset": m.queue_offset, "msg_id": m.msg_id, "tags": m.tags,
-             "keys": " ".join(m.keys), "store_time": _ms(m.store_timestamp), "body": _body_text(m.body)} for node, m in found]
+    rows = [
+        {
+            "node": node,
+            "queue": m.queue_id,
+            "offset": m.queue_offset,
+            "msg_id": m.msg_id,
+            "tags": m.tags,
+            "keys": " ".join(m.keys),
+            "store_time": _ms(m.store_timestamp),
+            "body": _body_text(m.body),
+        }
+        for node, m in found
+    ]
     _emit(args, rows, ["node", "queue", "offset", "msg_id", "tags", "keys", "store_time", "body"])
     return 0 if rows else 1
 
@@ -201,16 +217,22 @@ def cmd_topics(args) -> int:
             _emit(args, [{"topic": i.name, "queues": i.write_queue_nums} for i in infos], ["topic", "queues"])
             return 0
         topics = c.topics()
-    _emit(args, [{"topic": t, "queues": " ".join(f"{n}:{q}" for n, q in per.items())} for t, per in sorted(topics.items())],
-          ["topic", "queues"])
+    _emit(
+        args,
+        [{"topic": t, "queues": " ".join(f"{n}:{q}" for n, q in per.items())} for t, per in sorted(topics.items())],
+        ["topic", "queues"],
+    )
     return 0
 
 
 def cmd_route(args) -> int:
     with _client(args) as c:
         route = c.route(args.topic or "", refresh=True)
-    _emit(args, [{"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids)} for n in route.nodes],
-          ["node", "address", "ready", "queues"])
+    _emit(
+        args,
+        [{"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids)} for n in route.nodes],
+        ["node", "address", "ready", "queues"],
+    )
     return 0
 
 
@@ -225,9 +247,24 @@ def cmd_admin(args) -> int:
             if args.json:
                 print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
             else:
-                print(_table([_status_row(s) for s in rows],
-                             ["node", "state", "recovery", "recovery_ms", "disk", "disk_full", "min_offset", "max_offset",
-                              "lag", "segments", "generation"]))
+                print(
+                    _table(
+                        [_status_row(s) for s in rows],
+                        [
+                            "node",
+                            "state",
+                            "recovery",
+                            "recovery_ms",
+                            "disk",
+                            "disk_full",
+                            "min_offset",
+                            "max_offset",
+                            "lag",
+                            "segments",
+                            "generation",
+                        ],
+                    )
+                )
             return 0
         admin = c.admin(args.node)
         if args.action == "config":
@@ -237,13 +274,19 @@ def cmd_admin(args) -> int:
             from .store.config import parse_assignments
 
             res = admin.update_config(parse_assignments(args.assignments), dry_run=args.dry_run)
-            _emit(args, {"applied": dict(res.applied), "restart_required": dict(res.restart_required),
-                         "generation": res.generation, "dry_run": res.dry_run})
+            _emit(
+                args,
+                {
+                    "applied": dict(res.applied),
+                    "restart_required": dict(res.restart_required),
+                    "generation": res.generation,
+                    "dry_run": res.dry_run,
+                },
+            )
             return 0
         if args.action == "delete-expired":
             res = admin.manual_delete()
-            _emit(args, {"deleted_segments": res.deleted_segments, "min_phy_offset": res.min_phy_offset,
-                         "runs_armed": res.runs_armed})
+            _emit(args, {"deleted_segments": res.deleted_segments, "min_phy_offset": res.min_phy_offset, "runs_armed": res.runs_armed})
             return 0
         removed = admin.clean_expired_consume_queues() if args.action == "clean-expired-cq" else admin.clean_unused_topics()
         _emit(args, {"removed": removed})
@@ -253,11 +296,19 @@ def cmd_admin(args) -> int:
 def _status_row(s: dict[str, Any]) -> dict[str, Any]:
     rec = s.get("recovery", {})
     usage = s.get("disk_usage", -1)
-    return {"node": s.get("node"), "state": s.get("state"), "recovery": rec.get("mode"),
-            "recovery_ms": rec.get("duration_ms"), "disk": "?" if usage < 0 else f"{usage:.0%}",
-            "disk_full": s.get("disk_full"), "min_offset": s.get("min_phy_offset"), "max_offset": s.get("max_phy_offset"),
-            "lag": s.get("dispatch_behind_bytes"), "segments": s.get("commitlog_segments"),
-            "generation": s.get("config_generation")}
+    return {
+        "node": s.get("node"),
+        "state": s.get("state"),
+        "recovery": rec.get("mode"),
+        "recovery_ms": rec.get("duration_ms"),
+        "disk": "?" if usage < 0 else f"{usage:.0%}",
+        "disk_full": s.get("disk_full"),
+        "min_offset": s.get("min_phy_offset"),
+        "max_offset": s.get("max_phy_offset"),
+        "lag": s.get("dispatch_behind_bytes"),
+        "segments": s.get("commitlog_segments"),
+        "generation": s.get("config_generation"),
+    }
 
 
 # ------------------------------------------------------------------------------------------- offline
@@ -281,13 +332,15 @@ def cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
-    print(f"store {info['root']}  abort file: {'yes' if info['abort_file'] else 'no'}  "
-          f"locked by pid: {info['locked_by_pid'] or '-'}")
+    print(f"store {info['root']}  abort file: {'yes' if info['abort_file'] else 'no'}  locked by pid: {info['locked_by_pid'] or '-'}")
     print("\ncommit log")
     print(_table(info["commitlog"], ["name", "size", "records_end"]) if info["commitlog"] else "  (none)")
     print("\nconsume queues")
-    print(_table(info["consume_queues"], ["topic", "queue_id", "segments", "min_offset", "max_offset", "max_phy_offset"])
-          if info["consume_queues"] else "  (none)")
+    print(
+        _table(info["consume_queues"], ["topic", "queue_id", "segments", "min_offset", "max_offset", "max_phy_offset"])
+        if info["consume_queues"]
+        else "  (none)"
+    )
     print("\nindex files")
     print(_table(info["index"], ["name", "keys", "capacity", "begin_phy_offset", "end_phy_offset"]) if info["index"] else "  (none)")
     if "checkpoint" in info:
@@ -311,8 +364,15 @@ def cmd_fsck(args) -> int:
     rep = fsck(args.dir, _settings(args), progress)
     if not args.json:
         print(file=sys.stderr)
-    data = {"ok": rep.ok, "records": rep.records, "bytes": rep.bytes, "commitlog_end": rep.commitlog_end,
-            "units_checked": rep.units_checked, "keys_checked": rep.keys_checked, "problems": rep.problems}
+    data = {
+        "ok": rep.ok,
+        "records": rep.records,
+        "bytes": rep.bytes,
+        "commitlog_end": rep.commitlog_end,
+        "units_checked": rep.units_checked,
+        "keys_checked": rep.keys_checked,
+        "problems": rep.problems,
+    }
     if args.json:
         print(json.dumps(data, indent=2))
     else:
@@ -342,12 +402,25 @@ def cmd_serve(args) -> int:
         return 2
     peers = [p for p in (args.peers or "").split(",") if p.strip()]
     options = ServerOptions(
-        data_dir=args.data_dir, host=args.host, port=args.port, advertise=args.advertise, node_name=args.node_name,
-        settings=settings, admin_token=_token_source(args.admin_token_file, args.admin_token_env),
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        advertise=args.advertise,
+        node_name=args.node_name,
+        settings=settings,
+        admin_token=_token_source(args.admin_token_file, args.admin_token_env),
         data_token=_token_source(args.token_file, None),
-        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca, peers=peers,
-        peers_dns=args.peers_dns, peers_file=args.peers_file, metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-        metrics_host=args.metrics_host, grace_s=args.grace, lock_wait_s=args.lock_wait)
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        peers=peers,
+        peers_dns=args.peers_dns,
+        peers_file=args.peers_file,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        metrics_host=args.metrics_host,
+        grace_s=args.grace,
+        lock_wait_s=args.lock_wait,
+    )
     try:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
@@ -359,8 +432,11 @@ def cmd_serve(args) -> int:
 
 def _connection_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection")
-    g.add_argument("--server", default=os.environ.get("MSGSTORE_SERVER", DEFAULT_SERVER),
-                   help="host:port of any node, comma-separated for several (env MSGSTORE_SERVER)")
+    g.add_argument(
+        "--server",
+        default=os.environ.get("MSGSTORE_SERVER", DEFAULT_SERVER),
+        help="host:port of any node, comma-separated for several (env MSGSTORE_SERVER)",
+    )
     g.add_argument("--token-file", help="file holding the data-plane token, when the server requires one")
     g.add_argument("--token-env", default="MSGSTORE_TOKEN", help="environment variable holding the data-plane token")
     g.add_argument("--admin-token-file", help="file holding the admin token")
@@ -403,8 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=int, default=10912, help="Prometheus port (-1 = off)")
     s.add_argument("--metrics-host", help="address for the metrics endpoint (default: --host)")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
-    s.add_argument("--lock-wait", type=float, default=30.0,
-                   help="seconds to wait for a previous process to release the data directory")
+    s.add_argument("--lock-wait", type=float, default=30.0, help="seconds to wait for a previous process to release the data directory")
     s.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("MSGSTORE_LOG_FORMAT", "text"))
     s.add_argument("--log-level", default="info")
     s.set_defaults(fn=cmd_serve)
@@ -426,8 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("topic")
     s.add_argument("--queue", type=int, help="one queue id (default: every queue of every node)")
     s.add_argument("--node", help="one node")
-    s.add_argument("--from", dest="start", help="earliest | latest | OFFSET | ISO time "
-                   "(default: earliest, or where --group left off)")
+    s.add_argument("--from", dest="start", help="earliest | latest | OFFSET | ISO time (default: earliest, or where --group left off)")
     s.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages")
     s.add_argument("--max", type=int, default=100, help="stop after this many (without --follow)")
     s.add_argument("--tag-filter", help="'TagA || TagB'")
@@ -465,9 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--dry-run", action="store_true")
     a.add_argument("--node")
     _connection_options(a)
-    for name, text in (("delete-expired", "delete expired commit-log segments now (arms 20 cleaner runs)"),
-                       ("clean-expired-cq", "remove consume queues whose data is gone"),
-                       ("clean-unused-topics", "remove consume queues of topics not in topics.json")):
+    for name, text in (
+        ("delete-expired", "delete expired commit-log segments now (arms 20 cleaner runs)"),
+        ("clean-expired-cq", "remove consume queues whose data is gone"),
+        ("clean-unused-topics", "remove consume queues of topics not in topics.json"),
+    ):
         a = asub.add_parser(name, help=text)
         a.add_argument("--node")
         _connection_options(a)

@@ -50,7 +50,7 @@ class TokenSource:
             self._stamp = self._stat()
 
     @classmethod
-    def of(cls, value: "str | TokenSource | None") -> "TokenSource | None":
+    def of(cls, value: str | TokenSource | None) -> TokenSource | None:
         return value if isinstance(value, TokenSource) or value is None else cls(value)
 
     def _stat(self) -> tuple | None:
@@ -96,7 +96,7 @@ def check(expected: str, metadata) -> tuple[grpc.StatusCode, str] | None:
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, admin_token: "str | TokenSource | None", data_token: "str | TokenSource | None" = None):
+    def __init__(self, admin_token: str | TokenSource | None, data_token: str | TokenSource | None = None):
         self.admin_token = TokenSource.of(admin_token)
         self.data_token = TokenSource.of(data_token)
 
@@ -117,6 +117,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
 
 def _deny(handler, code: grpc.StatusCode, message: str):
     """A handler of the same shape that aborts with ``code``."""
+
     async def unary(request, context):
         await context.abort(code, message)
 

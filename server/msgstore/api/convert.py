@@ -16,13 +16,25 @@ def message_to_pb(m: codec.StoredMessage) -> pb.Message:
     props = m.properties
     keys = props.get(codec.PROP_KEYS)
     return pb.Message(
-        topic=m.topic, queue_id=m.queue_id, queue_offset=m.queue_offset, commitlog_offset=m.commitlog_offset,
-        msg_id=m.msg_id, body=m.body, tags=props.get(codec.PROP_TAGS, ""),
-        keys=[k for k in keys.split(" ") if k] if keys else [], properties=props,
-        born_timestamp=m.born_timestamp, store_timestamp=m.store_timestamp,
-        born_host=codec.host_str(m.born_host), store_host=codec.host_str(m.store_host),
-        flag=m.flag, sys_flag=m.sys_flag, reconsume_times=m.reconsume_times, store_size=m.store_size,
-        body_crc=m.body_crc)
+        topic=m.topic,
+        queue_id=m.queue_id,
+        queue_offset=m.queue_offset,
+        commitlog_offset=m.commitlog_offset,
+        msg_id=m.msg_id,
+        body=m.body,
+        tags=props.get(codec.PROP_TAGS, ""),
+        keys=[k for k in keys.split(" ") if k] if keys else [],
+        properties=props,
+        born_timestamp=m.born_timestamp,
+        store_timestamp=m.store_timestamp,
+        born_host=codec.host_str(m.born_host),
+        store_host=codec.host_str(m.store_host),
+        flag=m.flag,
+        sys_flag=m.sys_flag,
+        reconsume_times=m.reconsume_times,
+        store_size=m.store_size,
+        body_crc=m.body_crc,
+    )
 
 
 def _varint(v: int) -> bytes:

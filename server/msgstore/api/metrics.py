@@ -17,10 +17,12 @@ class Metrics:
         self.put_bytes = Counter("msgstore_put_bytes", "Commit-log bytes written by puts", registry=r)
         self.put_latency = Histogram("msgstore_put_latency_seconds", "Send call latency", buckets=LATENCY_BUCKETS, registry=r)
         self.pull_messages = Counter("msgstore_pull_messages", "Messages returned by pulls", registry=r)
-        self.pull_latency = Histogram("msgstore_pull_latency_seconds", "Pull call latency (without long-poll waits)",
-                                      buckets=LATENCY_BUCKETS, registry=r)
-        self.flush_latency = Histogram("msgstore_flush_latency_seconds", "Commit-log flush (msync) latency",
-                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.pull_latency = Histogram(
+            "msgstore_pull_latency_seconds", "Pull call latency (without long-poll waits)", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.flush_latency = Histogram(
+            "msgstore_flush_latency_seconds", "Commit-log flush (msync) latency", buckets=LATENCY_BUCKETS, registry=r
+        )
         self.rpc_errors = Counter("msgstore_rpc_errors", "Calls that failed, by gRPC code", ["method", "code"], registry=r)
         r.register(_StoreCollector(store_ref))
         self._server = None
@@ -52,12 +54,12 @@ class _StoreCollector:
             return g
 
         yield gauge("msgstore_up", "1 when the store serves requests", 1 if st["state"] == "running" else 0)
-        yield gauge("msgstore_disk_usage_ratio", "Used share of the commit-log partition",
-                    -1 if st["disk_usage"] is None else st["disk_usage"])
+        yield gauge(
+            "msgstore_disk_usage_ratio", "Used share of the commit-log partition", -1 if st["disk_usage"] is None else st["disk_usage"]
+        )
         yield gauge("msgstore_disk_full", "1 while writes are refused for disk usage", 1 if st["disk_full"] else 0)
         yield gauge("msgstore_recovery_duration_seconds", "Duration of the last recovery", rec["duration_ms"] / 1000)
-        yield gauge("msgstore_recovery_abnormal", "1 when the last start recovered from a crash",
-                    1 if rec["mode"] == "abnormal" else 0)
+        yield gauge("msgstore_recovery_abnormal", "1 when the last start recovered from a crash", 1 if rec["mode"] == "abnormal" else 0)
         yield gauge("msgstore_config_generation", "Generation of the applied configuration", st["config_generation"])
         if st["state"] != "running":
             return

@@ -19,8 +19,15 @@ def generate(out_dir: str) -> list[str]:
 
     protos = sorted(glob.glob(os.path.join(PROTO_DIR, "msgstore", "v1", "*.proto")))
     include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
-    args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}",
-            f"--pyi_out={out_dir}", *protos]
+    args = [
+        "protoc",
+        f"-I{PROTO_DIR}",
+        f"-I{include}",
+        f"--python_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        *protos,
+    ]
     if protoc.main(args) != 0:
         raise RuntimeError("protoc failed")
     pkg = os.path.join(out_dir, "msgstore", "v1")

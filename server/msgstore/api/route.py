@@ -86,15 +86,19 @@ class PeerDirectory:
             return hit[1]
         stub = pbg.MessageStoreStub(self._channel(address))
         try:
-            resp = await stub.GetRoute(pb.GetRouteRequest(topic=topic, local_only=True), timeout=PEER_TIMEOUT_S,
-                                       metadata=(self.metadata() if self.metadata else ()) or None)
+            resp = await stub.GetRoute(
+                pb.GetRouteRequest(topic=topic, local_only=True),
+                timeout=PEER_TIMEOUT_S,
+                metadata=(self.metadata() if self.metadata else ()) or None,
+            )
             node = resp.nodes[0] if resp.nodes else pb.NodeRoute(address=address, ready=False)
             node.address = node.address or address
         except grpc.aio.AioRpcError as e:
             log.debug("peer %s did not answer GetRoute: %s", address, e.code())
             previous = hit[1] if hit else None
-            node = pb.NodeRoute(name=previous.name if previous else "", address=address, ready=False,
-                                queue_ids=list(previous.queue_ids) if previous else [])
+            node = pb.NodeRoute(
+                name=previous.name if previous else "", address=address, ready=False, queue_ids=list(previous.queue_ids) if previous else []
+            )
         self._cache[key] = (now, node)
         return node
 

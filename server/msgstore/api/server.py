@@ -57,8 +57,8 @@ class ServerOptions:
     advertise: str | None = None  # host:port that others use to reach this node
     node_name: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    admin_token: "str | TokenSource | None" = None  # a TokenSource follows its file (Secret rotation)
-    data_token: "str | TokenSource | None" = None
+    admin_token: str | TokenSource | None = None  # a TokenSource follows its file (Secret rotation)
+    data_token: str | TokenSource | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
@@ -102,6 +102,7 @@ def _safe_parser(cls):
             return cls.FromString(data)
         except DecodeError:
             return BadRequest(v.explain_decode_error(cls, data))
+
     return parse
 
 
@@ -162,19 +163,19 @@ class StoreServer:
         raw = RAW_REQUESTS.get(service.full_name, ()) if wire.native is not None else ()
         for method in service.methods:
             req_cls = message_factory.GetMessageClass(method.input_type)
-            resp_cls = message_factory.GetMessageClass(method.output_type)
             fn = getattr(impl, method.name)
             if method.name in raw:  # the handler reads and writes wire bytes itself
-                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._wrap_unary(method.name, fn), None, _bytes_or_message)
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(self._wrap_unary(method.name, fn), None, _bytes_or_message)
                 continue
             # handlers may answer with a message or with its serialized bytes (raw pulls)
             if method.server_streaming:
                 handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                    self._wrap_stream(method.name, fn), _safe_parser(req_cls), _bytes_or_message)
+                    self._wrap_stream(method.name, fn), _safe_parser(req_cls), _bytes_or_message
+                )
             else:
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._wrap_unary(method.name, fn), _safe_parser(req_cls), _bytes_or_message)
+                    self._wrap_unary(method.name, fn), _safe_parser(req_cls), _bytes_or_message
+                )
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
     def _wrap_unary(self, name: str, fn):
@@ -192,6 +193,7 @@ class StoreServer:
                 log.exception("%s failed", name)
                 self._count_error(name, "INTERNAL")
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+
         return handler
 
     def _wrap_stream(self, name: str, fn):
@@ -204,6 +206,7 @@ class StoreServer:
             except v.InvalidArgument as e:
                 self._count_error(name, "INVALID_ARGUMENT")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
         return handler
 
     def _count_error(self, method: str, code: str) -> None:
@@ -246,21 +249,25 @@ class StoreServer:
         self.waiters = ArrivalWaiters(loop)
         data_token = TokenSource.of(o.data_token)
         metadata = (lambda: (("authorization", f"Bearer {data_token.current()}"),)) if data_token else (lambda: ())
-        self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, o.peers_file,
-                                   self._peer_channel, metadata)
+        self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, o.peers_file, self._peer_channel, metadata)
         interceptors = [TokenInterceptor(o.admin_token, o.data_token)] if (o.admin_token or o.data_token) else []
         self.server = grpc.aio.server(
             interceptors=interceptors,
-            options=[("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES),
-                     ("grpc.max_send_message_length", v.MAX_REQUEST_BYTES + (1 << 20)),
-                     ("grpc.so_reuseport", 0)])
-        self.server.add_generic_rpc_handlers([self._handlers(DATA_SERVICE, DataPlane(self)),
-                                              self._handlers(ADMIN_SERVICE, ControlPlane(self))])
+            options=[
+                ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES),
+                ("grpc.max_send_message_length", v.MAX_REQUEST_BYTES + (1 << 20)),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self.server.add_generic_rpc_handlers(
+            [self._handlers(DATA_SERVICE, DataPlane(self)), self._handlers(ADMIN_SERVICE, ControlPlane(self))]
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         for name in ("", DATA_SERVICE.full_name, ADMIN_SERVICE.full_name):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        reflection.enable_server_reflection([DATA_SERVICE.full_name, ADMIN_SERVICE.full_name, health.SERVICE_NAME,
-                                             reflection.SERVICE_NAME], self.server)
+        reflection.enable_server_reflection(
+            [DATA_SERVICE.full_name, ADMIN_SERVICE.full_name, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
+        )
         address = f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"
         creds = self._credentials()
         self.bound_port = self.server.add_secure_port(address, creds) if creds else self.server.add_insecure_port(address)

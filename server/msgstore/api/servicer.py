@@ -39,7 +39,7 @@ class Pulled:
 
 
 class DataPlane:
-    def __init__(self, server: "StoreServer"):
+    def __init__(self, server: StoreServer):
         self.server = server
 
     @property
@@ -62,8 +62,15 @@ class DataPlane:
         born = codec.host_bytes_cached(_peer_host(context))
         if isinstance(request, (bytes, bytearray)):
             groups, wait, n = wire.native.transcode_send(
-                request, store.config.maxMessageSize, store.commitlog.store_host_bytes, store.clock.now_ms(),
-                codec._crc32, born, v.InvalidArgument, v.MAX_BATCH)
+                request,
+                store.config.maxMessageSize,
+                store.commitlog.store_host_bytes,
+                store.clock.now_ms(),
+                codec._crc32,
+                born,
+                v.InvalidArgument,
+                v.MAX_BATCH,
+            )
         else:
             groups, n = self._prepare_parsed(request, born)
         for topic, qid, _batch, idx in groups:
@@ -79,11 +86,14 @@ class DataPlane:
             await self._await_flush(groups, outcomes)
         store.dispatcher.wakeup()  # once per call: consumers see the batch without waiting a poll
         if all(not res.status.stored for _, res in outcomes) and all(
-                res.status is PutStatus.SERVICE_NOT_AVAILABLE for _, res in outcomes):  # nothing stored: fail the call
+            res.status is PutStatus.SERVICE_NOT_AVAILABLE for _, res in outcomes
+        ):  # nothing stored: fail the call
             res = outcomes[0][1]
             full = res.unavailable is Unavailable.DISK_FULL
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE,
-                                f"{DISK_FULL}: {res.reason}" if full else res.reason)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE,
+                f"{DISK_FULL}: {res.reason}" if full else res.reason,
+            )
         m = self.server.metrics
         if m is not None:
             m.put_latency.observe(time.perf_counter() - t0)
@@ -92,15 +102,29 @@ class DataPlane:
                 if res.status.stored:
                     m.put_bytes.inc(res.wrote_bytes)
         if wire.native is not None:  # the serialized response (the handler's serializer passes bytes on)
-            return wire.native.encode_send_response(n, self.server.node_name, [
-                (idx, SEND_STATUS[res.status], qid, res.queue_offset if res.status.stored else -1, res.phy_offset,
-                 res.sizes, res.store_host, _error_text(res)) for (topic, qid, _b, idx), (_, res) in zip(groups, outcomes)])
+            return wire.native.encode_send_response(
+                n,
+                self.server.node_name,
+                [
+                    (
+                        idx,
+                        SEND_STATUS[res.status],
+                        qid,
+                        res.queue_offset if res.status.stored else -1,
+                        res.phy_offset,
+                        res.sizes,
+                        res.store_host,
+                        _error_text(res),
+                    )
+                    for (topic, qid, _b, idx), (_, res) in zip(groups, outcomes)
+                ],
+            )
         return pb.SendResponse(results=self._results(groups, outcomes, n), node=self.server.node_name)
 
     @staticmethod
     def _results(groups: list, outcomes: list, n: int) -> list[pb.SendResult]:
         results: list[pb.SendResult | None] = [None] * n
-        for (topic, qid, _batch, idx), (_, res) in zip(groups, outcomes):
+        for (_topic, qid, _batch, idx), (_, res) in zip(groups, outcomes):
             status = SEND_STATUS[res.status]
             if res.status.stored:
                 for i, (mid, qoff, phy) in zip(idx, res.entries()):
@@ -138,8 +162,10 @@ class DataPlane:
     def _append_groups(self, groups: list, defer_flush: bool = False) -> list:
         """Append each queue's batch; (entry indices, PutResult) per group."""
         store = self.store
-        return [(idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch, defer_flush))
-                for topic, qid, batch, idx in groups]
+        return [
+            (idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch, defer_flush))
+            for topic, qid, batch, idx in groups
+        ]
 
     async def _await_flush(self, groups: list, outcomes: list) -> None:
         """Wait for the group commit of every stored batch that asked for it; past
@@ -162,7 +188,7 @@ class DataPlane:
         req.add_done_callback(wake)
         try:
             ok = await asyncio.wait_for(fut, self.store.config.syncFlushTimeout / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             ok = False
         if not ok:
             for res in waiting:
@@ -183,7 +209,7 @@ class DataPlane:
         outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
         return outcome.response
 
-    async def _pull(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, timeout, raw, context) -> "Pulled":
+    async def _pull(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, timeout, raw, context) -> Pulled:
         deadline = time.monotonic() + timeout
         waiters = self.server.waiters
         while True:
@@ -202,7 +228,7 @@ class DataPlane:
                     return outcome
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return outcome
             finally:
                 if fut is not None:
@@ -221,8 +247,9 @@ class DataPlane:
             v.check_group(request.group)
         offset = self.store.max_offset(topic, qid) if request.offset == -1 else request.offset
         while not self.server.stopping:
-            got = await self._pull(topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0,
-                                   request.raw, context)
+            got = await self._pull(
+                topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0, request.raw, context
+            )
             if got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 offset = got.next_offset  # retention moved past us, or the queue was reset
                 yield got.response
@@ -267,9 +294,12 @@ class DataPlane:
             qids = [v.check_queue_id(request.queue_id)]
         else:
             qids = sorted(set(range(self.server.queue_count(topic))) | set(self.store.queues_of(topic)))
-        return pb.GetQueueOffsetsResponse(queues=[
-            pb.QueueOffsets(queue_id=q, min_offset=self.store.min_offset(topic, q), max_offset=self.store.max_offset(topic, q))
-            for q in qids])
+        return pb.GetQueueOffsetsResponse(
+            queues=[
+                pb.QueueOffsets(queue_id=q, min_offset=self.store.min_offset(topic, q), max_offset=self.store.max_offset(topic, q))
+                for q in qids
+            ]
+        )
 
     async def GetOffsetByTime(self, request: pb.GetOffsetByTimeRequest, context) -> pb.GetOffsetByTimeResponse:
         await self._ready(context)
@@ -329,8 +359,13 @@ def _topic_pb(t) -> pb.TopicInfo:
 
 
 def _pull_response(result: GetResult) -> pb.PullResponse:
-    resp = pb.PullResponse(status=PULL_STATUS[result.status], next_offset=result.next_offset,
-                           min_offset=result.min_offset, max_offset=result.max_offset, record_count=len(result))
+    resp = pb.PullResponse(
+        status=PULL_STATUS[result.status],
+        next_offset=result.next_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+        record_count=len(result),
+    )
     for b in result.buffers:
         try:
             m = codec.decode(b)

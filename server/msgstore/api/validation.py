@@ -158,7 +158,7 @@ def _find_bad_utf8(desc, buf: memoryview, prefix: str) -> str | None:
             if wire != 2:
                 return None
             length, pos = _read_varint(buf, pos)
-            chunk = buf[pos:pos + length]
+            chunk = buf[pos : pos + length]
             pos += length
             field = desc.fields_by_number.get(number)
             if field is None:

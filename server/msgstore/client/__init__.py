@@ -1,16 +1,29 @@
 """Python client for msgstore: sync and asyncio flavours, a batching producer, a consumer.
 
-    from msgstore.client import Client, Producer, Consumer
-    with Client("127.0.0.1:10911") as c:
-        c.send("orders", b"hello", key="order-1")
+from msgstore.client import Client, Producer, Consumer
+with Client("127.0.0.1:10911") as c:
+    c.send("orders", b"hello", key="order-1")
 """
 
-from .aio import AsyncClient
 from .admin import AdminClient
+from .aio import AsyncClient
 from .client import Client, OutMessage, PullResult, SendResult, StoreError
 from .consumer import Consumer, ConsumerRecord
 from .producer import Producer
 from .routing import Node, QueueRef, Route
 
-__all__ = ["AsyncClient", "AdminClient", "Client", "OutMessage", "PullResult", "SendResult", "StoreError",
-           "Consumer", "ConsumerRecord", "Producer", "Node", "QueueRef", "Route"]
+__all__ = [
+    "AsyncClient",
+    "AdminClient",
+    "Client",
+    "OutMessage",
+    "PullResult",
+    "SendResult",
+    "StoreError",
+    "Consumer",
+    "ConsumerRecord",
+    "Producer",
+    "Node",
+    "QueueRef",
+    "Route",
+]

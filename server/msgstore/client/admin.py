@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from .. import wire
 from ..v1 import admin_pb2 as apb
+from ..v1 import admin_pb2_grpc
+from .connection import Security
+from .errors import error_from
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class Channels(Protocol):
+    """What the admin calls need of a client: channels, credentials and a deadline."""
+
+    timeout: float
+    security: Security
+
+    def admin_stub(self, address: str) -> admin_pb2_grpc.AdminStub: ...
 
 
 class AdminClient:
-    def __init__(self, client: "Client", address: str):
+    def __init__(self, client: Channels, address: str):
         self.client = client
         self.address = address
 
     def _call(self, method: str, request):
-        from .client import _error
-
         stub = self.client.admin_stub(self.address)
         try:
-            return getattr(stub, method)(request, timeout=self.client.timeout,
-                                         metadata=self.client.security.admin_metadata() or None)
+            return getattr(stub, method)(request, timeout=self.client.timeout, metadata=self.client.security.admin_metadata() or None)
         except grpc.RpcError as e:
-            raise _error(e, self.address) from None
+            raise error_from(e, self.address) from None
 
     def status_pb(self) -> apb.StoreStatus:
         return self._call("GetStatus", apb.GetStatusRequest())
@@ -38,7 +45,7 @@ class AdminClient:
         return dict(self._call("GetConfig", apb.GetConfigRequest()).config)
 
     def update_config(self, changes: dict[str, object], dry_run: bool = False) -> apb.UpdateConfigResponse:
-        text = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in changes.items()}
+        text = {k: wire.config_text(v) for k, v in changes.items()}
         return self._call("UpdateConfig", apb.UpdateConfigRequest(changes=text, dry_run=dry_run))
 
     def manual_delete(self) -> apb.ManualDeleteResponse:

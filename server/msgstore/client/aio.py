@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import grpc
 
-from ..v1 import msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from ..v1 import msgstore_pb2 as pb
+from ..v1 import msgstore_pb2_grpc as pbg
 from .client import RETRYABLE, ROUTE_TTL_S, OutMessage, PullResult, SendResult, StoreError, _send_result, encode_send, pull_result
 from .connection import Security, aio_channel, split_endpoints
 from .routing import Node, QueueRef, Route
 
 
 class AsyncClient:
-    def __init__(self, endpoints: str | list[str], *, token: str | None = None, tls_ca: str | None = None,
-                 tls_cert: str | None = None, tls_key: str | None = None, server_name: str | None = None,
-                 timeout: float = 10.0):
+    def __init__(
+        self,
+        endpoints: str | list[str],
+        *,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        server_name: str | None = None,
+        timeout: float = 10.0,
+    ):
         self.endpoints = split_endpoints(endpoints)
         self.security = Security(token, None, tls_ca, tls_cert, tls_key, server_name)
         self.timeout = timeout
@@ -34,8 +43,9 @@ class AsyncClient:
 
     async def _call(self, address: str, method: str, request, timeout: float | None = None, node: str = ""):
         try:
-            return await getattr(self.stub(address), method)(request, timeout=timeout or self.timeout,
-                                                             metadata=self.security.data_metadata() or None)
+            return await getattr(self.stub(address), method)(
+                request, timeout=timeout or self.timeout, metadata=self.security.data_metadata() or None
+            )
         except grpc.aio.AioRpcError as e:
             raise StoreError(e.code(), e.details() or "", node or address) from None
 
@@ -44,7 +54,7 @@ class AsyncClient:
             await ch.close()
         self._channels.clear()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -66,21 +76,31 @@ class AsyncClient:
             return route
         raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
 
-    async def send(self, topic: str, body: bytes | str, *, key: str | None = None, tags: str | None = None,
-                   properties: dict[str, str] | None = None, keys: Sequence[str] = ()) -> SendResult:
+    async def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        key: str | None = None,
+        tags: str | None = None,
+        properties: dict[str, str] | None = None,
+        keys: Sequence[str] = (),
+    ) -> SendResult:
         if isinstance(body, str):
             body = body.encode()
         return (await self.send_batch(topic, [OutMessage(body, key, keys, tags, properties or {})], key=key))[0]
 
-    async def send_batch(self, topic: str, messages: Sequence[OutMessage], *, key: str | None = None,
-                         queue: QueueRef | None = None) -> list[SendResult]:
+    async def send_batch(
+        self, topic: str, messages: Sequence[OutMessage], *, key: str | None = None, queue: QueueRef | None = None
+    ) -> list[SendResult]:
         route = await self.route(topic)
         tried: set[str] = set()
         target = queue or route.pick(key)
         while True:
             req = encode_send(topic, target.queue_id, messages, None)
             send = self._channel(target.address).unary_unary(
-                "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString)
+                "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString
+            )
             try:
                 resp = await send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
                 return [_send_result(r, target.node) for r in resp.results]
@@ -94,20 +114,39 @@ class AsyncClient:
                     raise StoreError(e.code(), e.details() or "", target.node) from None
                 target = route.pick(key, exclude=tried)
 
-    async def pull(self, topic: str, queue: QueueRef, offset: int, *, max_messages: int = 32, timeout_ms: int = 0,
-                   tag_filter: str | None = None, group: str = "") -> PullResult:
-        req = pb.PullRequest(topic=topic, queue_id=queue.queue_id, offset=offset, max_messages=max_messages,
-                             timeout_ms=timeout_ms, tag_filter=tag_filter or "", group=group, raw=True)
+    async def pull(
+        self,
+        topic: str,
+        queue: QueueRef,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        timeout_ms: int = 0,
+        tag_filter: str | None = None,
+        group: str = "",
+    ) -> PullResult:
+        req = pb.PullRequest(
+            topic=topic,
+            queue_id=queue.queue_id,
+            offset=offset,
+            max_messages=max_messages,
+            timeout_ms=timeout_ms,
+            tag_filter=tag_filter or "",
+            group=group,
+            raw=True,
+        )
         resp = await self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
         return pull_result(resp, queue.node)
 
     async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
-        await self._call(queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic,
-                                                                               queue_id=queue.queue_id, offset=offset))
+        await self._call(
+            queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset)
+        )
 
     async def committed(self, group: str, topic: str, queue: QueueRef) -> int:
-        resp = await self._call(queue.address, "GetCommittedOffset",
-                                pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id))
+        resp = await self._call(
+            queue.address, "GetCommittedOffset", pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id)
+        )
         return resp.offset
 
     async def queue_offsets(self, topic: str) -> dict[QueueRef, tuple[int, int]]:

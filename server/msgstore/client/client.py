@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import grpc
 
 from .. import wire
 from ..record import codec
-from ..v1 import admin_pb2_grpc, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from ..v1 import admin_pb2_grpc
+from ..v1 import msgstore_pb2 as pb
+from ..v1 import msgstore_pb2_grpc as pbg
+from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
+from .errors import StoreError
+from .errors import error_from as _error
 from .routing import Node, QueueRef, Route
 
 ROUTE_TTL_S = 10.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-
-
-class StoreError(Exception):
-    """A call failed; ``code`` is the gRPC status code."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, node: str = ""):
-        super().__init__(f"{code.name}: {details}" + (f" (node {node})" if node else ""))
-        self.code = code
-        self.details = details
-        self.node = node
 
 
 @dataclass
@@ -43,8 +39,16 @@ class OutMessage:
 
     def entry(self, topic: str, queue_id: int) -> pb.SendEntry:
         keys = list(self.keys) + ([self.key] if self.key else [])
-        return pb.SendEntry(topic=topic, queue_id=queue_id, body=self.body, tags=self.tags or "", keys=keys,
-                            uniq_key=self.uniq_key or "", properties=self.properties, flag=self.flag)
+        return pb.SendEntry(
+            topic=topic,
+            queue_id=queue_id,
+            body=self.body,
+            tags=self.tags or "",
+            keys=keys,
+            uniq_key=self.uniq_key or "",
+            properties=self.properties,
+            flag=self.flag,
+        )
 
 
 @dataclass
@@ -102,16 +106,21 @@ def pull_result(resp: pb.PullResponse, node: str) -> PullResult:
     return PullResult(pb.PullStatus.Name(resp.status), resp.next_offset, resp.min_offset, resp.max_offset, msgs, node)
 
 
-def _error(e: grpc.RpcError, node: str = "") -> StoreError:
-    return StoreError(e.code(), e.details() or "", node)
-
-
 class Client:
     """A connection to a store (one node or many; any node's address finds the others)."""
 
-    def __init__(self, endpoints: str | list[str], *, token: str | None = None, admin_token: str | None = None,
-                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-                 server_name: str | None = None, timeout: float = 10.0):
+    def __init__(
+        self,
+        endpoints: str | list[str],
+        *,
+        token: str | None = None,
+        admin_token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        server_name: str | None = None,
+        timeout: float = 10.0,
+    ):
         self.endpoints = split_endpoints(endpoints)
         self.security = Security(token, admin_token, tls_ca, tls_cert, tls_key, server_name)
         self.timeout = timeout
@@ -132,8 +141,9 @@ class Client:
 
     def _raw_send(self, address: str):
         """Send taking already-serialized SendRequest bytes (see :func:`encode_send`)."""
-        return self.channel(address).unary_unary("/msgstore.v1.MessageStore/Send", request_serializer=None,
-                                                 response_deserializer=pb.SendResponse.FromString)
+        return self.channel(address).unary_unary(
+            "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString
+        )
 
     def stub(self, address: str) -> pbg.MessageStoreStub:
         return pbg.MessageStoreStub(self.channel(address))
@@ -143,8 +153,9 @@ class Client:
 
     def _call(self, address: str, method: str, request, timeout: float | None = None, node: str = ""):
         try:
-            return getattr(self.stub(address), method)(request, timeout=timeout or self.timeout,
-                                                       metadata=self.security.data_metadata() or None)
+            return getattr(self.stub(address), method)(
+                request, timeout=timeout or self.timeout, metadata=self.security.data_metadata() or None
+            )
         except grpc.RpcError as e:
             raise _error(e, node or address) from None
 
@@ -153,7 +164,7 @@ class Client:
             ch.close()
         self._channels.clear()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -169,8 +180,9 @@ class Client:
         known = [n.address for r in self._routes.values() for n in r.nodes]
         for address in dict.fromkeys(self.endpoints + known):
             try:
-                resp = self.stub(address).GetRoute(pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0),
-                                                   metadata=self.security.data_metadata() or None)
+                resp = self.stub(address).GetRoute(
+                    pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0), metadata=self.security.data_metadata() or None
+                )
             except grpc.RpcError as e:
                 last = _error(e, address)
                 continue
@@ -185,17 +197,34 @@ class Client:
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, topic: str, body: bytes | str, *, key: str | None = None, keys: Sequence[str] = (),
-             tags: str | None = None, properties: dict[str, str] | None = None, uniq_key: str | None = None,
-             queue: QueueRef | None = None, wait_flush: bool | None = None) -> SendResult:
+    def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        key: str | None = None,
+        keys: Sequence[str] = (),
+        tags: str | None = None,
+        properties: dict[str, str] | None = None,
+        uniq_key: str | None = None,
+        queue: QueueRef | None = None,
+        wait_flush: bool | None = None,
+    ) -> SendResult:
         if isinstance(body, str):
             body = body.encode()
         msg = OutMessage(body, key, keys, tags, properties or {}, uniq_key)
         return self.send_batch(topic, [msg], key=key, queue=queue, wait_flush=wait_flush)[0]
 
-    def send_batch(self, topic: str, messages: Sequence[OutMessage], *, key: str | None = None,
-                   queue: QueueRef | None = None, prefer: QueueRef | None = None,
-                   wait_flush: bool | None = None) -> list[SendResult]:
+    def send_batch(
+        self,
+        topic: str,
+        messages: Sequence[OutMessage],
+        *,
+        key: str | None = None,
+        queue: QueueRef | None = None,
+        prefer: QueueRef | None = None,
+        wait_flush: bool | None = None,
+    ) -> list[SendResult]:
         """Send messages to one (node, queue), failing over to another node when one is down.
 
         ``queue`` pins the target (no failover); ``prefer`` is tried first. A retry after a
@@ -229,19 +258,56 @@ class Client:
 
     # ------------------------------------------------------------------ reading
 
-    def pull(self, topic: str, queue: QueueRef, offset: int, *, max_messages: int = 32, max_bytes: int = 0,
-             timeout_ms: int = 0, tag_filter: str | None = None, group: str = "") -> PullResult:
-        req = pb.PullRequest(topic=topic, queue_id=queue.queue_id, offset=offset, max_messages=max_messages,
-                             max_bytes=max_bytes, timeout_ms=timeout_ms, tag_filter=tag_filter or "", group=group, raw=True)
+    def pull(
+        self,
+        topic: str,
+        queue: QueueRef,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        max_bytes: int = 0,
+        timeout_ms: int = 0,
+        tag_filter: str | None = None,
+        group: str = "",
+    ) -> PullResult:
+        req = pb.PullRequest(
+            topic=topic,
+            queue_id=queue.queue_id,
+            offset=offset,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            timeout_ms=timeout_ms,
+            tag_filter=tag_filter or "",
+            group=group,
+            raw=True,
+        )
         resp = self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
         return pull_result(resp, queue.node)
 
-    def pull_future(self, topic: str, queue: QueueRef, offset: int, *, max_messages: int = 32, timeout_ms: int = 0,
-                    tag_filter: str | None = None, group: str = ""):
-        req = pb.PullRequest(topic=topic, queue_id=queue.queue_id, offset=offset, max_messages=max_messages,
-                             timeout_ms=timeout_ms, tag_filter=tag_filter or "", group=group, raw=True)
-        return self.stub(queue.address).Pull.future(req, timeout=self.timeout + timeout_ms / 1000,
-                                                    metadata=self.security.data_metadata() or None)
+    def pull_future(
+        self,
+        topic: str,
+        queue: QueueRef,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        timeout_ms: int = 0,
+        tag_filter: str | None = None,
+        group: str = "",
+    ):
+        req = pb.PullRequest(
+            topic=topic,
+            queue_id=queue.queue_id,
+            offset=offset,
+            max_messages=max_messages,
+            timeout_ms=timeout_ms,
+            tag_filter=tag_filter or "",
+            group=group,
+            raw=True,
+        )
+        return self.stub(queue.address).Pull.future(
+            req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
+        )
 
     def subscribe(self, topic: str, queue: QueueRef, offset: int = -1, *, tag_filter: str | None = None) -> Iterable[PullResult]:
         req = pb.SubscribeRequest(topic=topic, queue_id=queue.queue_id, offset=offset, tag_filter=tag_filter or "", raw=True)
@@ -258,8 +324,12 @@ class Client:
         for n in self.route(topic).nodes:
             if not n.ready:
                 continue
-            resp = self._call(n.address, "QueryByKey", pb.QueryByKeyRequest(topic=topic, key=key, max_results=max_results,
-                                                                           begin_timestamp=begin, end_timestamp=end), node=n.name)
+            resp = self._call(
+                n.address,
+                "QueryByKey",
+                pb.QueryByKeyRequest(topic=topic, key=key, max_results=max_results, begin_timestamp=begin, end_timestamp=end),
+                node=n.name,
+            )
             out.extend((n.name, m) for m in resp.messages)
         return out
 
@@ -290,25 +360,37 @@ class Client:
         return out
 
     def offset_by_time(self, topic: str, queue: QueueRef, timestamp_ms: int, upper: bool = False) -> int:
-        req = pb.GetOffsetByTimeRequest(topic=topic, queue_id=queue.queue_id, timestamp=timestamp_ms,
-                                        boundary=pb.UPPER if upper else pb.LOWER)
+        req = pb.GetOffsetByTimeRequest(
+            topic=topic, queue_id=queue.queue_id, timestamp=timestamp_ms, boundary=pb.UPPER if upper else pb.LOWER
+        )
         return self._call(queue.address, "GetOffsetByTime", req, node=queue.node).offset
 
     def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
         """Commit on the node that owns the queue."""
-        self._call(queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id,
-                                                                         offset=offset), node=queue.node)
+        self._call(
+            queue.address,
+            "CommitOffset",
+            pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset),
+            node=queue.node,
+        )
 
     def committed(self, group: str, topic: str, queue: QueueRef) -> int:
-        return self._call(queue.address, "GetCommittedOffset", pb.GetCommittedOffsetRequest(
-            group=group, topic=topic, queue_id=queue.queue_id), node=queue.node).offset
+        return self._call(
+            queue.address,
+            "GetCommittedOffset",
+            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id),
+            node=queue.node,
+        ).offset
 
     # ------------------------------------------------------------------ topics
 
     def create_topic(self, topic: str, queues: int = 0) -> list[pb.TopicInfo]:
         """Create the topic on every node."""
-        out = [self._call(n.address, "CreateTopic", pb.CreateTopicRequest(topic=topic, queues=queues), node=n.name)
-               for n in self.nodes() if n.ready]
+        out = [
+            self._call(n.address, "CreateTopic", pb.CreateTopicRequest(topic=topic, queues=queues), node=n.name)
+            for n in self.nodes()
+            if n.ready
+        ]
         self._routes.pop(topic, None)
         return out
 
@@ -323,9 +405,7 @@ class Client:
 
     # ------------------------------------------------------------------ admin
 
-    def admin(self, node: str | None = None):
-        from .admin import AdminClient
-
+    def admin(self, node: str | None = None) -> AdminClient:
         if node is None:
             address = self.endpoints[0]
         else:

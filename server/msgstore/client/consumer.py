@@ -31,8 +31,17 @@ class ConsumerRecord:
 
 
 class Consumer:
-    def __init__(self, client: Client, group: str | None, topic: str, *, start: str = "earliest",
-                 tag_filter: str | None = None, max_messages: int = 256, long_poll_ms: int = 1000):
+    def __init__(
+        self,
+        client: Client,
+        group: str | None,
+        topic: str,
+        *,
+        start: str = "earliest",
+        tag_filter: str | None = None,
+        max_messages: int = 256,
+        long_poll_ms: int = 1000,
+    ):
         """``group=None`` reads without a group: positions start at ``start`` and cannot be
         committed."""
         if start not in ("earliest", "latest"):
@@ -87,7 +96,7 @@ class Consumer:
         self._next = (self._next + 1) % n
         out: list[ConsumerRecord] = []
         for start in range(0, n, PARALLEL_PULLS):
-            out.extend(self._round(order[start:start + PARALLEL_PULLS]))
+            out.extend(self._round(order[start : start + PARALLEL_PULLS]))
             if len(out) >= self.max_messages:
                 return out
         if out or timeout <= 0:
@@ -98,8 +107,19 @@ class Consumer:
         futures = []
         for q in queues:
             try:
-                futures.append((q, self.client.pull_future(self.topic, q, self.positions[q], max_messages=self.max_messages,
-                                                           tag_filter=self.tag_filter, group=self.group or "")))
+                futures.append(
+                    (
+                        q,
+                        self.client.pull_future(
+                            self.topic,
+                            q,
+                            self.positions[q],
+                            max_messages=self.max_messages,
+                            tag_filter=self.tag_filter,
+                            group=self.group or "",
+                        ),
+                    )
+                )
             except Exception:
                 continue  # a node that is down is skipped until it returns
         out: list[ConsumerRecord] = []
@@ -117,8 +137,15 @@ class Consumer:
         wait_ms = int(min(timeout, self.long_poll_ms / 1000) * 1000)
         futures = {}
         for q in queues:
-            f = self.client.pull_future(self.topic, q, self.positions[q], max_messages=self.max_messages,
-                                        timeout_ms=wait_ms, tag_filter=self.tag_filter, group=self.group or "")
+            f = self.client.pull_future(
+                self.topic,
+                q,
+                self.positions[q],
+                max_messages=self.max_messages,
+                timeout_ms=wait_ms,
+                tag_filter=self.tag_filter,
+                group=self.group or "",
+            )
             f.add_done_callback(lambda _f: done.set())
             futures[q] = f
         deadline = time.monotonic() + timeout

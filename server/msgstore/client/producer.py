@@ -17,7 +17,7 @@ import collections
 import concurrent.futures
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -30,12 +30,12 @@ class SendFuture:
 
     __slots__ = ("_producer", "_result", "_exception", "_done", "_callbacks")
 
-    def __init__(self, producer: "Producer"):
+    def __init__(self, producer: Producer):
         self._producer = producer
         self._result: SendResult | None = None
         self._exception: BaseException | None = None
         self._done = False
-        self._callbacks: list[Callable[["SendFuture"], None]] | None = None
+        self._callbacks: list[Callable[[SendFuture], None]] | None = None
 
     def done(self) -> bool:
         return self._done
@@ -52,7 +52,7 @@ class SendFuture:
             self._producer._wait_for(self, timeout)
         return self._exception
 
-    def add_done_callback(self, fn: Callable[["SendFuture"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[SendFuture], None]) -> None:
         with self._producer._done_cond:
             if not self._done:
                 if self._callbacks is None:
@@ -63,8 +63,7 @@ class SendFuture:
 
 
 class Producer:
-    def __init__(self, client: Client, *, linger_ms: float = 5, max_batch: int = 1000, max_buffered: int = 100_000,
-                 parallelism: int = 4):
+    def __init__(self, client: Client, *, linger_ms: float = 5, max_batch: int = 1000, max_buffered: int = 100_000, parallelism: int = 4):
         self.client = client
         self.linger_s = linger_ms / 1000
         self.max_batch = max_batch
@@ -80,9 +79,17 @@ class Producer:
         self._thread = threading.Thread(target=self._run, name="msgstore-producer", daemon=True)
         self._thread.start()
 
-    def send(self, topic: str, body: bytes | str, *, key: str | None = None, keys: Sequence[str] = (),
-             tags: str | None = None, properties: dict[str, str] | None = None,
-             uniq_key: str | None = None) -> SendFuture:
+    def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        key: str | None = None,
+        keys: Sequence[str] = (),
+        tags: str | None = None,
+        properties: dict[str, str] | None = None,
+        uniq_key: str | None = None,
+    ) -> SendFuture:
         """Queue one message; the future resolves to its :class:`SendResult`."""
         if self._closed:
             raise RuntimeError("producer is closed")
@@ -116,7 +123,7 @@ class Producer:
         self._thread.join(5)
         self._pool.shutdown(wait=True)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -196,7 +203,7 @@ class Producer:
         jobs = []
         for (topic, target), items in groups.items():
             for i in range(0, len(items), self.max_batch):
-                jobs.append(self._pool.submit(self._send_group, topic, target, items[i:i + self.max_batch]))
+                jobs.append(self._pool.submit(self._send_group, topic, target, items[i : i + self.max_batch]))
         concurrent.futures.wait(jobs)
 
     def _send_group(self, topic: str, target: QueueRef, items: list) -> None:
