@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/k8s/bin/kube-apiserver*),)
 export MSGSTORE_K8S_ASSETS ?= $(abspath ../shared/k8s/bin)
 endif
 
-.PHONY: run test test-tools bench soak install proto deploy image clean
+.PHONY: run test lint test-tools bench soak install proto deploy image clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,14 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/msgstore serve --data-dir $(DATA)
 
-test: $(STAMP) test-tools
+test: $(STAMP) test-tools lint
 	$(PY) -m pytest -q
+
+# ruff (lint and format) over everything, mypy --strict over the engine and the record codec
+lint: $(STAMP)
+	$(BIN)/ruff check server operator tests scripts
+	$(BIN)/ruff format --check server operator tests scripts
+	$(BIN)/mypy
 
 # podman, runc and mmdebstrap for the image test (Debian's packages; only as root, else skipped)
 test-tools:

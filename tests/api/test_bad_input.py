@@ -3,10 +3,12 @@
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from msgstore.client import OutMessage
-from msgstore.v1 import msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 
 
 @pytest.fixture
@@ -37,9 +39,12 @@ BAD_TOPICS = ["", "a/b", "..", "../../etc", "x" * 128, "with space", "ünicode",
 def test_bad_topics_are_refused_everywhere(server, stub, topic):
     code, details = _code(stub.Send, pb.SendRequest(entries=[pb.SendEntry(topic=topic, body=b"x")]))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "entries[0].topic" in details
-    for call, req in ((stub.Pull, pb.PullRequest(topic=topic)), (stub.QueryByKey, pb.QueryByKeyRequest(topic=topic, key="k")),
-                      (stub.CreateTopic, pb.CreateTopicRequest(topic=topic)),
-                      (stub.GetQueueOffsets, pb.GetQueueOffsetsRequest(topic=topic))):
+    for call, req in (
+        (stub.Pull, pb.PullRequest(topic=topic)),
+        (stub.QueryByKey, pb.QueryByKeyRequest(topic=topic, key="k")),
+        (stub.CreateTopic, pb.CreateTopicRequest(topic=topic)),
+        (stub.GetQueueOffsets, pb.GetQueueOffsetsRequest(topic=topic)),
+    ):
         code, details = _code(call, req)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("topic")
     _intact(server, stub)
@@ -48,19 +53,22 @@ def test_bad_topics_are_refused_everywhere(server, stub, topic):
     assert not os.path.exists(os.path.join(server.data_dir, "..", "etc"))
 
 
-@pytest.mark.parametrize("entry,field", [
-    (dict(body=b"x" * (4 * 1024 * 1024 + 1)), "entries[0].body"),
-    (dict(queue_id=-1), "entries[0].queue_id"),
-    (dict(queue_id=8), "entries[0].queue_id"),
-    (dict(keys=[""]), "entries[0].keys[0]"),
-    (dict(keys=["a b"]), "entries[0].keys[0]"),
-    (dict(tags="x\x01y"), "entries[0].tags"),
-    (dict(properties={"": "v"}), "entries[0].properties"),
-    (dict(properties={"p": "v\x02"}), "entries[0].properties['p']"),
-    (dict(properties={"TAGS": "x"}), "entries[0].properties['TAGS']"),
-    (dict(properties={"p": "v" * 33000}), "entries[0].properties"),
-    (dict(born_timestamp=-5), "entries[0].born_timestamp"),
-])
+@pytest.mark.parametrize(
+    "entry,field",
+    [
+        (dict(body=b"x" * (4 * 1024 * 1024 + 1)), "entries[0].body"),
+        (dict(queue_id=-1), "entries[0].queue_id"),
+        (dict(queue_id=8), "entries[0].queue_id"),
+        (dict(keys=[""]), "entries[0].keys[0]"),
+        (dict(keys=["a b"]), "entries[0].keys[0]"),
+        (dict(tags="x\x01y"), "entries[0].tags"),
+        (dict(properties={"": "v"}), "entries[0].properties"),
+        (dict(properties={"p": "v\x02"}), "entries[0].properties['p']"),
+        (dict(properties={"TAGS": "x"}), "entries[0].properties['TAGS']"),
+        (dict(properties={"p": "v" * 33000}), "entries[0].properties"),
+        (dict(born_timestamp=-5), "entries[0].born_timestamp"),
+    ],
+)
 def test_bad_entries_name_the_field(server, stub, entry, field):
     req = pb.SendRequest(entries=[pb.SendEntry(topic="ok", body=b"fine"), pb.SendEntry(topic="ok", **{"body": b"b", **entry})])
     code, details = _code(stub.Send, req)
@@ -81,14 +89,17 @@ def test_batch_length_limits(server, stub):
     _intact(server, stub)
 
 
-@pytest.mark.parametrize("req,field", [
-    (pb.PullRequest(topic="keep", offset=-1), "offset"),
-    (pb.PullRequest(topic="keep", queue_id=-3), "queue_id"),
-    (pb.PullRequest(topic="keep", max_messages=5000), "max_messages"),
-    (pb.PullRequest(topic="keep", max_bytes=-1), "max_bytes"),
-    (pb.PullRequest(topic="keep", timeout_ms=600_000), "timeout_ms"),
-    (pb.PullRequest(topic="keep", group="bad group"), "group"),
-])
+@pytest.mark.parametrize(
+    "req,field",
+    [
+        (pb.PullRequest(topic="keep", offset=-1), "offset"),
+        (pb.PullRequest(topic="keep", queue_id=-3), "queue_id"),
+        (pb.PullRequest(topic="keep", max_messages=5000), "max_messages"),
+        (pb.PullRequest(topic="keep", max_bytes=-1), "max_bytes"),
+        (pb.PullRequest(topic="keep", timeout_ms=600_000), "timeout_ms"),
+        (pb.PullRequest(topic="keep", group="bad group"), "group"),
+    ],
+)
 def test_bad_pulls(server, stub, req, field):
     code, details = _code(stub.Pull, req)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(field)
@@ -131,8 +142,9 @@ def test_invalid_utf8_names_the_field(server, client, stub):
 @given(st.binary(max_size=300))
 def test_random_bytes_never_hurt_the_server(server, client, stub, data):
     for method in ("Send", "Pull", "QueryByKey", "GetRoute"):
-        call = client.channel(server.address).unary_unary(f"/msgstore.v1.MessageStore/{method}",
-                                                          request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        call = client.channel(server.address).unary_unary(
+            f"/msgstore.v1.MessageStore/{method}", request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
         try:
             call(data, timeout=10)
         except grpc.RpcError as e:

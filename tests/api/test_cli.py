@@ -13,8 +13,9 @@ from tests.support.servers import ROOT
 
 def run(*args, stdin: bytes | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
-    proc = subprocess.run([sys.executable, "-m", "msgstore.cli", *args], input=stdin, capture_output=True, env=env,
-                          timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "msgstore.cli", *args], input=stdin, capture_output=True, env=env, timeout=timeout, cwd=ROOT
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr.decode()}")
     return proc
@@ -43,8 +44,12 @@ def test_send_pull_query_round_trip(server, tmp_path):
 
 def test_pull_follow_prints_new_messages(server):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
-    follower = subprocess.Popen([sys.executable, "-m", "msgstore.cli", "--json", "pull", "live", "--follow",
-                                 "--server", server.address], stdout=subprocess.PIPE, env=env, cwd=ROOT)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "msgstore.cli", "--json", "pull", "live", "--follow", "--server", server.address],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         run("topics", "create", "live", "--queues", "2", "--server", server.address)
         deadline = time.monotonic() + 30
@@ -104,8 +109,7 @@ def test_inspect_and_fsck_offline(server):
     ok = json.loads(run("--json", "fsck", server.data_dir, *settings).stdout)
     assert ok["ok"] and ok["records"] == 2 and ok["units_checked"] == 2 and ok["keys_checked"] == 2
     # corrupt a consume-queue unit: fsck reports it and exits non-zero
-    qdir = next(os.path.join(dp, q) for dp, dirs, _ in os.walk(os.path.join(server.data_dir, "consumequeue"))
-                for q in dirs if q.isdigit())
+    qdir = next(os.path.join(dp, q) for dp, dirs, _ in os.walk(os.path.join(server.data_dir, "consumequeue")) for q in dirs if q.isdigit())
     seg = os.path.join(qdir, sorted(os.listdir(qdir))[0])
     with open(seg, "r+b") as f:
         f.seek(0)

@@ -58,8 +58,11 @@ def test_failover_when_a_node_is_killed_and_consumption_from_all(cluster):
         sent.append(r)
     assert {r.node for r in sent} == {"store-0", "store-1"}
     # peers' answers are cached for a second, so the route notices within about that
-    wait_until(lambda: [n.ready for n in client.route("orders", refresh=True).nodes] == [True, True, False],
-               timeout=10, what="the dead node to show as not ready")
+    wait_until(
+        lambda: [n.ready for n in client.route("orders", refresh=True).nodes] == [True, True, False],
+        timeout=10,
+        what="the dead node to show as not ready",
+    )
     producer.close()
     # the dead node comes back with its data; a consumer reads every node and commits per node
     cluster[2].start()
@@ -85,16 +88,16 @@ def test_peers_file_is_followed_without_restart(tmp_path):
     peers = tmp_path / "peers"
     peers.write_text("")
     ports = [free_port(), free_port()]
-    nodes = [ServerProcess(str(tmp_path / f"n{i}"), port=p, name=f"n{i}", args=["--peers-file", str(peers)])
-             for i, p in enumerate(ports)]
+    nodes = [ServerProcess(str(tmp_path / f"n{i}"), port=p, name=f"n{i}", args=["--peers-file", str(peers)]) for i, p in enumerate(ports)]
     try:
         for n in nodes:
             n.start()
         client = Client(nodes[0].address)
         assert [n.name for n in client.route("x", refresh=True).nodes] == ["n0"]
         peers.write_text("".join(f"127.0.0.1:{p}\n" for p in ports))  # as DNS would list a new pod
-        wait_until(lambda: [n.name for n in client.route("x", refresh=True).nodes] == ["n0", "n1"], timeout=10,
-                   what="the second node in the route")
+        wait_until(
+            lambda: [n.name for n in client.route("x", refresh=True).nodes] == ["n0", "n1"], timeout=10, what="the second node in the route"
+        )
     finally:
         for n in nodes:
             n.kill()

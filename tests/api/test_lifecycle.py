@@ -11,7 +11,10 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from msgstore.client import Client, OutMessage, StoreError
-from msgstore.v1 import admin_pb2 as apb, admin_pb2_grpc, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from msgstore.v1 import admin_pb2 as apb
+from msgstore.v1 import admin_pb2_grpc
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.support.servers import ServerProcess, wait_until
 from tests.support.tls import make_certs
 
@@ -166,8 +169,12 @@ def test_tls_and_client_certificates(servers, tmp_path):
     with pytest.raises(StoreError):
         Client(node.address, tls_ca=certs.other_ca, timeout=3).send("tls", b"wrong CA")
     node.terminate()
-    mtls = servers("mtls", tls_ca=certs.ca, tls_client=(certs.client_cert, certs.client_key),
-                   args=["--tls-cert", certs.server_cert, "--tls-key", certs.server_key, "--tls-client-ca", certs.ca])
+    mtls = servers(
+        "mtls",
+        tls_ca=certs.ca,
+        tls_client=(certs.client_cert, certs.client_key),
+        args=["--tls-cert", certs.server_cert, "--tls-key", certs.server_key, "--tls-client-ca", certs.ca],
+    )
     with pytest.raises(StoreError):
         Client(mtls.address, tls_ca=certs.ca, timeout=3).send("tls", b"no client cert")
     ok = Client(mtls.address, tls_ca=certs.ca, tls_cert=certs.client_cert, tls_key=certs.client_key)

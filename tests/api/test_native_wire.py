@@ -4,13 +4,14 @@ agree with the protobuf path it replaces."""
 import types
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from msgstore.api import validation as v
-from msgstore.record.codec import decode as decode_one
 from msgstore.api.servicer import DataPlane
 from msgstore.client.client import OutMessage, encode_send
 from msgstore.record import codec
+from msgstore.record.codec import decode as decode_one
 from msgstore.v1 import msgstore_pb2 as pb
 
 native = pytest.importorskip("msgstore.wire._native")
@@ -22,10 +23,17 @@ safe_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blackli
 any_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
 topics = st.sampled_from(["T1", "T2", "a-b_%|c", "", "bad/topic", "x" * 128])
 entries = st.builds(
-    pb.SendEntry, topic=topics, queue_id=st.integers(-2, 3), body=st.binary(max_size=64), tags=any_text,
-    keys=st.lists(any_text, max_size=3), uniq_key=any_text,
-    properties=st.dictionaries(any_text, any_text, max_size=3), flag=st.integers(-2**31, 2**31 - 1),
-    born_timestamp=st.integers(-5, 2**42))
+    pb.SendEntry,
+    topic=topics,
+    queue_id=st.integers(-2, 3),
+    body=st.binary(max_size=64),
+    tags=any_text,
+    keys=st.lists(any_text, max_size=3),
+    uniq_key=any_text,
+    properties=st.dictionaries(any_text, any_text, max_size=3),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    born_timestamp=st.integers(-5, 2**42),
+)
 
 
 @pytest.fixture
@@ -42,8 +50,9 @@ def _python(plane, request):
 
 def _native(plane, data):
     _, store = plane
-    return native.transcode_send(data, store.config.maxMessageSize, STORE_HOST, store.clock.now_ms(), codec._crc32, BORN,
-                                 v.InvalidArgument, v.MAX_BATCH)
+    return native.transcode_send(
+        data, store.config.maxMessageSize, STORE_HOST, store.clock.now_ms(), codec._crc32, BORN, v.InvalidArgument, v.MAX_BATCH
+    )
 
 
 def _records(batch):
@@ -82,13 +91,16 @@ def test_transcode_agrees_with_the_protobuf_path(plane, items, wait):
             assert a.properties == b.properties
 
 
-@pytest.mark.parametrize("bad,field", [
-    (pb.SendEntry(topic="ok", body=b"x", keys=["a b"]), "entries[1].keys[0]"),
-    (pb.SendEntry(topic="ok", body=b"x", properties={"TAGS": "v"}), "entries[1].properties['TAGS']"),
-    (pb.SendEntry(topic="ok", body=b"x" * (4 * 1024 * 1024 + 1)), "entries[1].body"),
-    (pb.SendEntry(topic="ok", body=b"x", born_timestamp=-1), "entries[1].born_timestamp"),
-    (pb.SendEntry(topic="ok", body=b"x", properties={"p": "v" * 40000}), "entries[1].properties"),
-])
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        (pb.SendEntry(topic="ok", body=b"x", keys=["a b"]), "entries[1].keys[0]"),
+        (pb.SendEntry(topic="ok", body=b"x", properties={"TAGS": "v"}), "entries[1].properties['TAGS']"),
+        (pb.SendEntry(topic="ok", body=b"x" * (4 * 1024 * 1024 + 1)), "entries[1].body"),
+        (pb.SendEntry(topic="ok", body=b"x", born_timestamp=-1), "entries[1].born_timestamp"),
+        (pb.SendEntry(topic="ok", body=b"x", properties={"p": "v" * 40000}), "entries[1].properties"),
+    ],
+)
 def test_both_paths_name_the_same_field(plane, bad, field):
     data = pb.SendRequest(entries=[pb.SendEntry(topic="ok", body=b"fine"), bad]).SerializeToString()
     for run in (lambda: _python(plane, pb.SendRequest.FromString(data)), lambda: _native(plane, data)):
@@ -105,11 +117,24 @@ def test_transcode_rejects_broken_wire_bytes(plane):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.builds(OutMessage, body=st.binary(max_size=50), key=st.one_of(st.none(), safe_text.filter(bool)),
-                          keys=st.lists(safe_text.filter(bool), max_size=2), tags=st.one_of(st.none(), safe_text),
-                          properties=st.dictionaries(safe_text.filter(bool), safe_text, max_size=2),
-                          uniq_key=st.one_of(st.none(), safe_text), flag=st.integers(-2**31, 2**31 - 1)), min_size=1, max_size=5),
-       st.integers(0, 7), st.sampled_from([None, True, False]))
+@given(
+    st.lists(
+        st.builds(
+            OutMessage,
+            body=st.binary(max_size=50),
+            key=st.one_of(st.none(), safe_text.filter(bool)),
+            keys=st.lists(safe_text.filter(bool), max_size=2),
+            tags=st.one_of(st.none(), safe_text),
+            properties=st.dictionaries(safe_text.filter(bool), safe_text, max_size=2),
+            uniq_key=st.one_of(st.none(), safe_text),
+            flag=st.integers(-(2**31), 2**31 - 1),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(0, 7),
+    st.sampled_from([None, True, False]),
+)
 def test_client_encoding_matches_protobuf(msgs, qid, wait):
     data = encode_send("Topic", qid, msgs, wait)
     expected = pb.SendRequest(entries=[m.entry("Topic", qid) for m in msgs])
@@ -119,23 +144,40 @@ def test_client_encoding_matches_protobuf(msgs, qid, wait):
 
 
 def test_response_encoding_matches_protobuf():
-    groups = [([0, 2], pb.PUT_OK, 3, 10, 5000, [100, 120], STORE_HOST, ""),
-              ([1], pb.SERVICE_NOT_AVAILABLE, 1, -1, -1, [90], STORE_HOST, "disk full: über")]
+    groups = [
+        ([0, 2], pb.PUT_OK, 3, 10, 5000, [100, 120], STORE_HOST, ""),
+        ([1], pb.SERVICE_NOT_AVAILABLE, 1, -1, -1, [90], STORE_HOST, "disk full: über"),
+    ]
     data = native.encode_send_response(3, "node-7", groups)
     resp = pb.SendResponse.FromString(data)
     assert resp.node == "node-7"
     assert [(r.status, r.queue_id, r.queue_offset, r.commitlog_offset, r.error) for r in resp.results] == [
-        (pb.PUT_OK, 3, 10, 5000, ""), (pb.SERVICE_NOT_AVAILABLE, 1, 0, 0, "disk full: über"), (pb.PUT_OK, 3, 11, 5100, "")]
+        (pb.PUT_OK, 3, 10, 5000, ""),
+        (pb.SERVICE_NOT_AVAILABLE, 1, 0, 0, "disk full: über"),
+        (pb.PUT_OK, 3, 11, 5100, ""),
+    ]
     assert resp.results[2].message_id == codec.message_id(STORE_HOST, 5100)
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=40), st.dictionaries(safe_text.filter(bool), safe_text.filter(bool), max_size=3),
-                          st.sampled_from([("127.0.0.1", 1), ("::1", 2)])), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(max_size=40),
+            st.dictionaries(safe_text.filter(bool), safe_text.filter(bool), max_size=3),
+            st.sampled_from([("127.0.0.1", 1), ("::1", 2)]),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_record_decoding_matches_the_codec(items):
-    data = b"".join(codec.encode_message(codec.Message("Dec", body, properties=props, born_host=host), i, i * 300, 9,
-                                         ("fe80::5", 10911) if i % 2 else ("10.0.0.1", 1))
-                    for i, (body, props, host) in enumerate(items))
+    data = b"".join(
+        codec.encode_message(
+            codec.Message("Dec", body, properties=props, born_host=host), i, i * 300, 9, ("fe80::5", 10911) if i % 2 else ("10.0.0.1", 1)
+        )
+        for i, (body, props, host) in enumerate(items)
+    )
     assume(len(data) > 0)
     got = codec._native.decode_records(data, codec.StoredMessage, {}, codec.host_from_bytes)
     expected, pos = [], 0

@@ -8,8 +8,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from msgstore.client import AsyncClient, Client, Consumer, OutMessage, Producer, QueueRef
-from msgstore.v1 import admin_pb2 as apb, admin_pb2_grpc, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from msgstore.client import AsyncClient, Consumer, OutMessage, Producer, QueueRef
+from msgstore.v1 import admin_pb2 as apb
+from msgstore.v1 import admin_pb2_grpc
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.support.servers import wait_until
 
 
@@ -219,7 +222,7 @@ def test_metrics_endpoint(server, client):
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
     assert 'msgstore_put_messages_total{status="PUT_OK"} 1.0' in text
     assert "msgstore_disk_usage_ratio" in text and "msgstore_recovery_duration_seconds" in text
-    assert 'msgstore_queue_max_offset{queue=' in text and "msgstore_dispatch_behind_bytes" in text
+    assert "msgstore_queue_max_offset{queue=" in text and "msgstore_dispatch_behind_bytes" in text
     assert "msgstore_put_latency_seconds_bucket" in text
 
 

@@ -27,8 +27,9 @@ def start_server(workdir: str, settings: list[str] | None = None) -> ServerProce
     return proc.start()
 
 
-def batched_send(client: Client, topic: str, streams: int, total: int = 150_000, batch: int = 500,
-                 body: bytes = BODY, tags: str | None = "t") -> tuple[float, int]:
+def batched_send(
+    client: Client, topic: str, streams: int, total: int = 150_000, batch: int = 500, body: bytes = BODY, tags: str | None = "t"
+) -> tuple[float, int]:
     """(msg/s, messages sent): ``streams`` threads sending batches round the topic's queues."""
     queues = client.route(topic).queues
     batch = min(batch, max(1, total // streams))

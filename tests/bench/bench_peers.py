@@ -65,6 +65,7 @@ def ms_concurrent_singles(client: Client, topic: str, body: bytes, producers: in
 
 # ---------------------------------------------------------------------------------- JetStream
 
+
 class JetStream:
     """nats-py on its own event loop thread, so the benchmark code stays synchronous."""
 
@@ -116,8 +117,9 @@ class JetStream:
         from nats.js.api import AckPolicy, ConsumerConfig
 
         async def go() -> float:
-            sub = await self.js.pull_subscribe(f"{name}.x", durable=f"c{name}", stream=name,
-                                               config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+            sub = await self.js.pull_subscribe(
+                f"{name}.x", durable=f"c{name}", stream=name, config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+            )
             got = 0
             t = time.perf_counter()
             while got < expected:
@@ -133,6 +135,7 @@ class JetStream:
 
 
 # ---------------------------------------------------------------------------------- Redis
+
 
 def redis_client(port: int):
     import redis
@@ -184,6 +187,7 @@ def redis_xrange(port: int, key: str, expected: int) -> float:
 
 # ---------------------------------------------------------------------------------- scenario 6
 
+
 def build_keys(root: str, keys: int) -> None:
     """``keys`` messages, one distinct key each, with the default index geometry."""
     with MessageStore(root) as store:
@@ -223,8 +227,17 @@ def query_latency(workdir: str, keys: int, queries: int = 2000) -> tuple[float, 
 def cleanup_p99(workdir: str) -> tuple[float, float]:
     """p99 of single sends (ms) with no cleanup and while 10 segments are deleted."""
     seg = 8 * 1024 * 1024
-    server = start_server(workdir, [f"mappedFileSizeCommitLog={seg}", "deleteFileBatchMax=10", "fileReservedTime=0",
-                                      "deleteWhen=04", "cleanResourceInterval=100", "cleanResourceInitialDelay=3600000"])
+    server = start_server(
+        workdir,
+        [
+            f"mappedFileSizeCommitLog={seg}",
+            "deleteFileBatchMax=10",
+            "fileReservedTime=0",
+            "deleteWhen=04",
+            "cleanResourceInterval=100",
+            "cleanResourceInitialDelay=3600000",
+        ],
+    )
     try:
         client = Client(server.address, timeout=30)
         body = os.urandom(KiB)
@@ -256,6 +269,7 @@ def cleanup_p99(workdir: str) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------------- run
 
+
 def ratio(a: Measure, b: Measure, scenario: str, target: str = "") -> Measure:
     return Measure(scenario, "x", [x / y for x, y in zip(a.values, b.values)], target, extra={"ratio": [a.scenario, b.scenario]})
 
@@ -268,8 +282,11 @@ def run(workdir: str) -> list[Measure]:
     try:
         ms = start_server(workdir)
         sync_ms = start_server(workdir, ["flushDiskType=SYNC_FLUSH"])
-        with peers.nats_server(workdir) as nats_srv, peers.redis_server(workdir) as redis_srv, \
-                peers.redis_server(workdir, "always") as redis_always:
+        with (
+            peers.nats_server(workdir) as nats_srv,
+            peers.redis_server(workdir) as redis_srv,
+            peers.redis_server(workdir, "always") as redis_always,
+        ):
             js = JetStream(nats_srv.port)
             client = Client(ms.address, timeout=60)
             sync_client = Client(sync_ms.address, timeout=60)
@@ -292,43 +309,98 @@ def run(workdir: str) -> list[Measure]:
                     m_ms = Measure(f"1. produce {label}: msgstore batched gRPC send", "msg/s", a)
                     m_js = Measure(f"1. produce {label}: JetStream async publish", "msg/s", b)
                     m_rd = Measure(f"1. produce {label}: Redis pipelined XADD (appendfsync everysec)", "msg/s", c)
-                    out += [m_ms, m_js, m_rd,
-                            ratio(m_ms, m_js, f"1. produce {label}: msgstore / JetStream", "target ≥ 5" if size == KiB else ""),
-                            ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis", "target ≥ 2" if size == KiB else "")]
+                    out += [
+                        m_ms,
+                        m_js,
+                        m_rd,
+                        ratio(m_ms, m_js, f"1. produce {label}: msgstore / JetStream", "target ≥ 5" if size == KiB else ""),
+                        ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis", "target ≥ 2" if size == KiB else ""),
+                    ]
                     if size == KiB:
                         consume_set = ([f"s1-{size}-{i}" for i in range(REPEAT)], streams, sent)
 
                 # 2. one message per call
                 body = os.urandom(KiB)
-                m_unary = Measure("2. one per call: msgstore unary send", "msg/s", [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)])
-                m_prod = Measure("2. one per call: msgstore auto-batching producer", "msg/s",
-                                 [producer_singles(client, f"s2p-{i}", n(60_000), body) for i in range(REPEAT)])
-                m_jsp = Measure("2. one per call: JetStream publish, awaiting each ack", "msg/s", [js.publish_sync(body, n(5000)) for _ in range(REPEAT)])
-                m_x = Measure("2. one per call: Redis XADD", "msg/s", [redis_singles(redis_srv.port, f"s2-{i}", body, n(10_000)) for i in range(REPEAT)])
-                out += [m_unary, m_prod, m_jsp, m_x, ratio(m_unary, m_jsp, "2. unary / JetStream publish"), ratio(m_unary, m_x, "2. unary / Redis XADD"),
-                        ratio(m_prod, m_jsp, "2. producer / JetStream publish"), ratio(m_prod, m_x, "2. producer / Redis XADD")]
+                m_unary = Measure(
+                    "2. one per call: msgstore unary send", "msg/s", [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)]
+                )
+                m_prod = Measure(
+                    "2. one per call: msgstore auto-batching producer",
+                    "msg/s",
+                    [producer_singles(client, f"s2p-{i}", n(60_000), body) for i in range(REPEAT)],
+                )
+                m_jsp = Measure(
+                    "2. one per call: JetStream publish, awaiting each ack",
+                    "msg/s",
+                    [js.publish_sync(body, n(5000)) for _ in range(REPEAT)],
+                )
+                m_x = Measure(
+                    "2. one per call: Redis XADD",
+                    "msg/s",
+                    [redis_singles(redis_srv.port, f"s2-{i}", body, n(10_000)) for i in range(REPEAT)],
+                )
+                out += [
+                    m_unary,
+                    m_prod,
+                    m_jsp,
+                    m_x,
+                    ratio(m_unary, m_jsp, "2. unary / JetStream publish"),
+                    ratio(m_unary, m_x, "2. unary / Redis XADD"),
+                    ratio(m_prod, m_jsp, "2. producer / JetStream publish"),
+                    ratio(m_prod, m_x, "2. producer / Redis XADD"),
+                ]
 
                 # 3. sync durability: group commit
-                m_s1 = Measure("3. sync: msgstore SYNC_FLUSH, 1 producer", "msg/s",
-                               [ms_concurrent_singles(sync_client, f"s3a-{i}", body, 1, n(2000)) for i in range(REPEAT)])
-                m_s16 = Measure("3. sync: msgstore SYNC_FLUSH, 16 producers", "msg/s",
-                                [ms_concurrent_singles(sync_client, f"s3b-{i}", body, 16, n(600)) for i in range(REPEAT)])
-                m_r1 = Measure("3. sync: Redis appendfsync always, 1 client", "msg/s",
-                               [redis_singles(redis_always.port, f"s3a-{i}", body, n(2000)) for i in range(REPEAT)])
-                m_r16 = Measure("3. sync: Redis appendfsync always, 16 clients", "msg/s",
-                                [redis_singles(redis_always.port, f"s3b-{i}", body, n(9600), clients=16) for i in range(REPEAT)])
-                out += [m_s1, m_s16, m_r1, m_r16, ratio(m_s16, m_s1, "3. sync: msgstore 16 / 1 producers (group commit)", "target ≥ 10"),
-                        ratio(m_s1, m_r1, "3. sync: msgstore / Redis, 1 producer"), ratio(m_s16, m_r16, "3. sync: msgstore / Redis, 16 producers")]
+                m_s1 = Measure(
+                    "3. sync: msgstore SYNC_FLUSH, 1 producer",
+                    "msg/s",
+                    [ms_concurrent_singles(sync_client, f"s3a-{i}", body, 1, n(2000)) for i in range(REPEAT)],
+                )
+                m_s16 = Measure(
+                    "3. sync: msgstore SYNC_FLUSH, 16 producers",
+                    "msg/s",
+                    [ms_concurrent_singles(sync_client, f"s3b-{i}", body, 16, n(600)) for i in range(REPEAT)],
+                )
+                m_r1 = Measure(
+                    "3. sync: Redis appendfsync always, 1 client",
+                    "msg/s",
+                    [redis_singles(redis_always.port, f"s3a-{i}", body, n(2000)) for i in range(REPEAT)],
+                )
+                m_r16 = Measure(
+                    "3. sync: Redis appendfsync always, 16 clients",
+                    "msg/s",
+                    [redis_singles(redis_always.port, f"s3b-{i}", body, n(9600), clients=16) for i in range(REPEAT)],
+                )
+                out += [
+                    m_s1,
+                    m_s16,
+                    m_r1,
+                    m_r16,
+                    ratio(m_s16, m_s1, "3. sync: msgstore 16 / 1 producers (group commit)", "target ≥ 10"),
+                    ratio(m_s1, m_r1, "3. sync: msgstore / Redis, 1 producer"),
+                    ratio(m_s16, m_r16, "3. sync: msgstore / Redis, 16 producers"),
+                ]
 
                 # 4. consume what scenario 1 wrote (1 KiB)
                 topics, streams, sent = consume_set
-                m_pull = Measure("4. consume 1 KiB: msgstore pull", "msg/s", [consume_all(client, t, c[0], stall_s=5) for t, c in zip(topics, sent)])
-                m_fetch = Measure("4. consume 1 KiB: JetStream pull-consumer fetch(1000)", "msg/s",
-                                  [js.fetch_all(s, c[1]) for s, c in zip(streams, sent)])
-                m_xr = Measure("4. consume 1 KiB: Redis XRANGE COUNT 1000", "msg/s",
-                               [redis_xrange(redis_srv.port, t, c[2]) for t, c in zip(topics, sent)])
-                out += [m_pull, m_fetch, m_xr, ratio(m_pull, m_fetch, "4. consume: msgstore / JetStream"),
-                        ratio(m_pull, m_xr, "4. consume: msgstore / Redis XRANGE", "target ≥ 1")]
+                m_pull = Measure(
+                    "4. consume 1 KiB: msgstore pull", "msg/s", [consume_all(client, t, c[0], stall_s=5) for t, c in zip(topics, sent)]
+                )
+                m_fetch = Measure(
+                    "4. consume 1 KiB: JetStream pull-consumer fetch(1000)", "msg/s", [js.fetch_all(s, c[1]) for s, c in zip(streams, sent)]
+                )
+                m_xr = Measure(
+                    "4. consume 1 KiB: Redis XRANGE COUNT 1000",
+                    "msg/s",
+                    [redis_xrange(redis_srv.port, t, c[2]) for t, c in zip(topics, sent)],
+                )
+                out += [
+                    m_pull,
+                    m_fetch,
+                    m_xr,
+                    ratio(m_pull, m_fetch, "4. consume: msgstore / JetStream"),
+                    ratio(m_pull, m_xr, "4. consume: msgstore / Redis XRANGE", "target ≥ 1"),
+                ]
             finally:
                 js.close()
                 client.close()

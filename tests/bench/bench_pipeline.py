@@ -24,8 +24,7 @@ def build(root: str) -> None:
     body = os.urandom(1024)
     n = 0
     while n < ROWS:
-        msgs = [Message("bench", body, queue_id=(n // 1000) % 8, properties={"TAGS": "t", "KEYS": f"k{n + i}"})
-                for i in range(1000)]
+        msgs = [Message("bench", body, queue_id=(n // 1000) % 8, properties={"TAGS": "t", "KEYS": f"k{n + i}"}) for i in range(1000)]
         assert store.put_messages("bench", (n // 1000) % 8, msgs).ok
         n += 1000
     store.shutdown()
@@ -46,8 +45,7 @@ def run(workdir: str) -> list[Measure]:
     root = tempfile.mkdtemp(dir=workdir)
     data = os.path.join(root, "data")
     build(data)
-    spark = spark_session("local[1]", app="msgstore-bench", extra={"spark.ui.showConsoleProgress": "false",
-                                                                   "spark.driver.memory": "2g"})
+    spark = spark_session("local[1]", app="msgstore-bench", extra={"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g"})
     try:
         timed_read(spark, path=data)  # warm-up: JVM, Python workers
         files = [timed_read(spark, path=data) for _ in range(3)]
@@ -56,15 +54,16 @@ def run(workdir: str) -> list[Measure]:
         server.start()
         try:
             Client(server.address).queue_offsets("bench")
-            grpc = [timed_read(spark, endpoints=server.address, topics="bench", maxMessagesPerPartition="100000")
-                    for _ in range(3)]
+            grpc = [timed_read(spark, endpoints=server.address, topics="bench", maxMessagesPerPartition="100000") for _ in range(3)]
         finally:
             server.terminate()
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-    return [Measure("Spark read of segment files (local[1], 1 KiB bodies)", "rows/s", files, "target ≥ 200k per core"),
-            Measure("Spark read over gRPC (local[1])", "rows/s", grpc, "target ≥ 50k per core")]
+    return [
+        Measure("Spark read of segment files (local[1], 1 KiB bodies)", "rows/s", files, "target ≥ 200k per core"),
+        Measure("Spark read over gRPC (local[1])", "rows/s", grpc, "target ≥ 50k per core"),
+    ]
 
 
 __all__ = ["run", "OutMessage"]

@@ -80,13 +80,15 @@ def run(workdir: str) -> list[Measure]:
     out.append(Measure("embedded put, MB/s of records", "MB/s", put_mb))
     out.append(Measure("disk sequential write (dd conv=fdatasync)", "MB/s", disk))
     out.append(Measure("ratio: embedded put / disk write", "x", [p / d for p, d in zip(put_mb, disk)], "target ≥ 0.5"))
-    out.append(Measure("embedded put with a key per message (index)", "msg/s",
-                       [embedded_put(workdir, keys=True)[0] for _ in range(3)]))
+    out.append(Measure("embedded put with a key per message (index)", "msg/s", [embedded_put(workdir, keys=True)[0] for _ in range(3)]))
     root = tempfile.mkdtemp(dir=workdir)
     try:
         build_gib(root)
-        out.append(Measure("abnormal recovery, 1 KiB messages, full re-scan + reindex", "s/GiB",
-                           repeat(lambda: abnormal_recovery(root)), "target ≤ 5"))
+        out.append(
+            Measure(
+                "abnormal recovery, 1 KiB messages, full re-scan + reindex", "s/GiB", repeat(lambda: abnormal_recovery(root)), "target ≤ 5"
+            )
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out

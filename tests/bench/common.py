@@ -9,8 +9,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
@@ -39,8 +39,13 @@ def repeat(fn: Callable[[], float], n: int = REPEAT) -> list[float]:
 
 
 def machine() -> dict:
-    info = {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d"), "machine": platform.machine()}
+    info = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.machine(),
+    }
     try:
         info["cpu"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
@@ -57,8 +62,7 @@ def dd_write_rate(directory: str, mib: int = 512) -> float:
     """The disk's sequential write rate (MB/s) as ``dd ... conv=fdatasync`` reports it."""
     path = os.path.join(directory, "dd.bench")
     t = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "conv=fdatasync"], check=True,
-                   capture_output=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "conv=fdatasync"], check=True, capture_output=True)
     dt = time.perf_counter() - t
     os.unlink(path)
     return mib * 1024 * 1024 / dt / 1e6

@@ -59,7 +59,7 @@ class Peer:
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         _wait_port(port, self.proc)
 
-    def __enter__(self) -> "Peer":
+    def __enter__(self) -> Peer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -78,8 +78,7 @@ def nats_server(workdir: str) -> Peer:
     port = free_port()
     store = os.path.join(workdir, "jetstream")
     os.makedirs(store, exist_ok=True)
-    return Peer(["nats-server", "-js", "-sd", store, "-a", "127.0.0.1", "-p", str(port)], port,
-                os.path.join(workdir, "nats.log"))
+    return Peer(["nats-server", "-js", "-sd", store, "-a", "127.0.0.1", "-p", str(port)], port, os.path.join(workdir, "nats.log"))
 
 
 def redis_server(workdir: str, appendfsync: str = "everysec") -> Peer:
@@ -87,6 +86,24 @@ def redis_server(workdir: str, appendfsync: str = "everysec") -> Peer:
     port = free_port()
     data = os.path.join(workdir, f"redis-{appendfsync}")
     os.makedirs(data, exist_ok=True)
-    return Peer(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data, "--appendonly", "yes",
-                 "--appendfsync", appendfsync, "--save", "", "--protected-mode", "no"], port,
-                os.path.join(workdir, f"redis-{appendfsync}.log"))
+    return Peer(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            data,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            appendfsync,
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+        ],
+        port,
+        os.path.join(workdir, f"redis-{appendfsync}.log"),
+    )

@@ -45,8 +45,7 @@ def image():
     if reason:
         pytest.skip(reason)
     env = dict(os.environ, IMAGE=TAG, PYTHON=sys.executable, ENGINE="podman")
-    out = subprocess.run([os.path.join(ROOT, "scripts", "build_image.sh")], capture_output=True, text=True, env=env,
-                         timeout=1200, cwd=ROOT)
+    out = subprocess.run([os.path.join(ROOT, "scripts", "build_image.sh")], capture_output=True, text=True, env=env, timeout=1200, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     yield TAG
     podman("rmi", "-f", TAG, check=False)
@@ -58,12 +57,38 @@ def test_image_serves_as_uid_10001_with_a_read_only_root_and_stops_cleanly(image
     os.chown(data, UID, UID)
     port, metrics = free_port(), free_port()
     name = f"msgstore-image-{port}"
-    podman("run", "-d", "--name", name, *RUN, "--read-only", "--user", f"{UID}:{UID}", "-v", f"{data}:/var/lib/msgstore",
-           image, "msgstore", "serve", "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics),
-           "--data-dir", "/var/lib/msgstore", "--set", "mappedFileSizeCommitLog=1048576", "--set", "maxIndexNum=4096",
-           "--set", "maxHashSlotNum=1024")
+    podman(
+        "run",
+        "-d",
+        "--name",
+        name,
+        *RUN,
+        "--read-only",
+        "--user",
+        f"{UID}:{UID}",
+        "-v",
+        f"{data}:/var/lib/msgstore",
+        image,
+        "msgstore",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics),
+        "--data-dir",
+        "/var/lib/msgstore",
+        "--set",
+        "mappedFileSizeCommitLog=1048576",
+        "--set",
+        "maxIndexNum=4096",
+        "--set",
+        "maxHashSlotNum=1024",
+    )
     try:
         with Client(f"127.0.0.1:{port}", timeout=5) as c:
+
             def serving():
                 try:
                     return c.route("", refresh=True).nodes[0].ready
@@ -104,10 +129,21 @@ def test_kind_script_builds_loads_and_installs_the_same_image(image):
     assert 'kind load docker-image "$IMAGE"' in up
     sets = dict(re.findall(r'--set (image\.\w+)="?([^" \\]*)"?', up))
     image_ref = "msgstore:dev"  # what the script builds by default
-    values = {k: v.replace("${IMAGE%:*}", image_ref.split(":")[0]).replace("${IMAGE##*:}", image_ref.split(":")[1])
-              for k, v in sets.items()}
-    rendered = subprocess.run([os.path.join(os.path.dirname(sys.executable), "helm"), "template", "r", os.path.join(ROOT, "charts", "msgstore"),
-                               *[a for k, v in values.items() for a in ("--set", f"{k}={v}")]], capture_output=True, text=True, check=True)
+    values = {
+        k: v.replace("${IMAGE%:*}", image_ref.split(":")[0]).replace("${IMAGE##*:}", image_ref.split(":")[1]) for k, v in sets.items()
+    }
+    rendered = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "helm"),
+            "template",
+            "r",
+            os.path.join(ROOT, "charts", "msgstore"),
+            *[a for k, v in values.items() for a in ("--set", f"{k}={v}")],
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (dep,) = [d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Deployment"]
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == image_ref
     # and what podman tagged is that same repository and tag (under podman's localhost/ prefix)

@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -32,8 +33,10 @@ GROUP_PATH = "/apis/msgstore.io/v1alpha1"
 
 def _skip_reason() -> str | None:
     if assets_dir() is None:
-        return (f"no Kubernetes control-plane binaries: set {ASSETS_ENV} to a directory holding etcd, kube-apiserver, "
-                "kube-controller-manager and kube-scheduler (or their .xz)")
+        return (
+            f"no Kubernetes control-plane binaries: set {ASSETS_ENV} to a directory holding etcd, kube-apiserver, "
+            "kube-controller-manager and kube-scheduler (or their .xz)"
+        )
     if os.geteuid() != 0:
         return "the stand-in kubelet needs root (pod IPs on the loopback interface, bind-mounted ServiceAccount tokens)"
     for tool in ("openssl", "ip", "unshare"):
@@ -49,18 +52,23 @@ class K8s:
         self.plane = plane
         self.kubelet = kubelet
         self.api: Api = kubelet.api
-        self.env = dict(os.environ, KUBECONFIG=plane.kubeconfig, HELM_CACHE_HOME=os.path.join(plane.base, "helm", "cache"),
-                        HELM_CONFIG_HOME=os.path.join(plane.base, "helm", "config"),
-                        HELM_DATA_HOME=os.path.join(plane.base, "helm", "data"))
+        self.env = dict(
+            os.environ,
+            KUBECONFIG=plane.kubeconfig,
+            HELM_CACHE_HOME=os.path.join(plane.base, "helm", "cache"),
+            HELM_CONFIG_HOME=os.path.join(plane.base, "helm", "config"),
+            HELM_DATA_HOME=os.path.join(plane.base, "helm", "data"),
+        )
 
     # ------------------------------------------------------------------ commands
 
     def run(self, tool: str, *args: str, check: bool = True, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run([os.path.join(BIN, tool), *args], capture_output=True, text=True, env=self.env, input=input,
-                              timeout=timeout)
+        proc = subprocess.run([os.path.join(BIN, tool), *args], capture_output=True, text=True, env=self.env, input=input, timeout=timeout)
         if check and proc.returncode != 0:
-            raise AssertionError(f"{tool} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-                                 f"\nkubelet errors: {self.kubelet.errors[-5:]}")
+            raise AssertionError(
+                f"{tool} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+                f"\nkubelet errors: {self.kubelet.errors[-5:]}"
+            )
         return proc
 
     def kubectl(self, *args: str, **kw) -> subprocess.CompletedProcess:

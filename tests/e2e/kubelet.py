@@ -36,8 +36,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
 from tests.support.pods import ContainerProcess
 
 from .plane import ControlPlane
@@ -67,10 +65,8 @@ class Api:
         self.url = plane.url
         self.http = plane.session()
 
-    def _do(self, method: str, path: str, body: Any = None, params: dict | None = None,
-            content_type: str = "application/json") -> Any:
-        r = self.http.request(method, self.url + path, json=body, params=params, timeout=30,
-                              headers={"Content-Type": content_type})
+    def _do(self, method: str, path: str, body: Any = None, params: dict | None = None, content_type: str = "application/json") -> Any:
+        r = self.http.request(method, self.url + path, json=body, params=params, timeout=30, headers={"Content-Type": content_type})
         if r.status_code == 404:
             return None
         if r.status_code >= 400:
@@ -90,8 +86,9 @@ class Api:
         return self._do("PUT", path, body)
 
     def patch(self, path: str, body: Any, strategic: bool = False) -> Any:
-        return self._do("PATCH", path, body, content_type="application/strategic-merge-patch+json" if strategic
-                        else "application/merge-patch+json")
+        return self._do(
+            "PATCH", path, body, content_type="application/strategic-merge-patch+json" if strategic else "application/merge-patch+json"
+        )
 
     def delete(self, path: str, body: Any = None) -> Any:
         return self._do("DELETE", path, body)
@@ -150,7 +147,7 @@ class Kubelet:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "Kubelet":
+    def start(self) -> Kubelet:
         self._register_node()
         self._storage_class()
         self._thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
@@ -184,8 +181,17 @@ class Kubelet:
 
     def _register_node(self) -> None:
         try:
-            self.api.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {
-                "kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}})
+            self.api.post(
+                "/api/v1/nodes",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": NODE,
+                        "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+                    },
+                },
+            )
         except ApiError as e:
             if e.status != 409:
                 raise
@@ -198,23 +204,55 @@ class Kubelet:
         t = now()
 
         def cond(ctype: str, status: str, reason: str) -> dict:
-            return {"type": ctype, "status": status, "reason": reason, "message": "stand-in kubelet",
-                    "lastHeartbeatTime": t, "lastTransitionTime": t}
+            return {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "message": "stand-in kubelet",
+                "lastHeartbeatTime": t,
+                "lastTransitionTime": t,
+            }
 
         resources = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-        self.api.patch(f"/api/v1/nodes/{NODE}/status", {"status": {
-            "capacity": resources, "allocatable": resources,
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE}],
-            "conditions": [cond("Ready", "True", "KubeletReady"), cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-                           cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-                           cond("PIDPressure", "False", "KubeletHasSufficientPID")],
-            "nodeInfo": {"kubeletVersion": "v1.36.2-standin", "containerRuntimeVersion": "process://local",
-                         "architecture": "amd64", "operatingSystem": "linux", "osImage": "msgstore e2e",
-                         "kernelVersion": os.uname().release, "kubeProxyVersion": "", "machineID": "", "systemUUID": "",
-                         "bootID": ""}}}, strategic=True)
-        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": NODE, "namespace": "kube-node-lease"},
-                 "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40,
-                          "renewTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())}}
+        self.api.patch(
+            f"/api/v1/nodes/{NODE}/status",
+            {
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE}],
+                    "conditions": [
+                        cond("Ready", "True", "KubeletReady"),
+                        cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                        cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                        cond("PIDPressure", "False", "KubeletHasSufficientPID"),
+                    ],
+                    "nodeInfo": {
+                        "kubeletVersion": "v1.36.2-standin",
+                        "containerRuntimeVersion": "process://local",
+                        "architecture": "amd64",
+                        "operatingSystem": "linux",
+                        "osImage": "msgstore e2e",
+                        "kernelVersion": os.uname().release,
+                        "kubeProxyVersion": "",
+                        "machineID": "",
+                        "systemUUID": "",
+                        "bootID": "",
+                    },
+                }
+            },
+            strategic=True,
+        )
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": NODE, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": NODE,
+                "leaseDurationSeconds": 40,
+                "renewTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime()),
+            },
+        }
         path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
         if self.api.get(f"{path}/{NODE}") is None:
             self.api.post(path, lease)
@@ -225,11 +263,18 @@ class Kubelet:
 
     def _storage_class(self) -> None:
         try:
-            self.api.post("/apis/storage.k8s.io/v1/storageclasses", {
-                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-                "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-                "provisioner": PROVISIONER, "reclaimPolicy": "Delete", "allowVolumeExpansion": True,
-                "volumeBindingMode": "Immediate"})
+            self.api.post(
+                "/apis/storage.k8s.io/v1/storageclasses",
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "StorageClass",
+                    "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                    "provisioner": PROVISIONER,
+                    "reclaimPolicy": "Delete",
+                    "allowVolumeExpansion": True,
+                    "volumeBindingMode": "Immediate",
+                },
+            )
         except ApiError as e:
             if e.status != 409:
                 raise
@@ -246,8 +291,11 @@ class Kubelet:
                 self._expand(pvc, want)
         for pv in self.api.items("/api/v1/persistentvolumes"):
             ann = pv["metadata"].get("annotations") or {}
-            if (ann.get("pv.kubernetes.io/provisioned-by") == PROVISIONER and (pv.get("status") or {}).get("phase") == "Released"
-                    and pv["spec"].get("persistentVolumeReclaimPolicy") == "Delete"):
+            if (
+                ann.get("pv.kubernetes.io/provisioned-by") == PROVISIONER
+                and (pv.get("status") or {}).get("phase") == "Released"
+                and pv["spec"].get("persistentVolumeReclaimPolicy") == "Delete"
+            ):
                 shutil.rmtree(pv["spec"]["hostPath"]["path"], ignore_errors=True)
                 self.api.delete(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
 
@@ -258,21 +306,37 @@ class Kubelet:
             return
         path = os.path.join(self.base, "volumes", meta["namespace"], f"{meta['name']}-{meta['uid'][:8]}")
         os.makedirs(path, exist_ok=True)
-        self.api.post("/api/v1/persistentvolumes", {
-            "apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
-            "spec": {"capacity": {"storage": size}, "accessModes": pvc["spec"].get("accessModes", ["ReadWriteOnce"]),
-                     "persistentVolumeReclaimPolicy": "Delete", "storageClassName": STORAGE_CLASS,
-                     "hostPath": {"path": path, "type": "Directory"},
-                     "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
-                                  "name": meta["name"], "uid": meta["uid"]}}})
+        self.api.post(
+            "/api/v1/persistentvolumes",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": pvc["spec"].get("accessModes", ["ReadWriteOnce"]),
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": STORAGE_CLASS,
+                    "hostPath": {"path": path, "type": "Directory"},
+                    "claimRef": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": meta["namespace"],
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    },
+                },
+            },
+        )
 
     def _expand(self, pvc: dict, size: str) -> None:
         """The external resizer's and the kubelet's part of a volume expansion."""
         meta = pvc["metadata"]
         self.api.patch(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}", {"spec": {"capacity": {"storage": size}}})
-        self.api.patch(f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
-                       {"status": {"capacity": {"storage": size}, "conditions": None, "allocatedResources": {"storage": size}}})
+        self.api.patch(
+            f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
+            {"status": {"capacity": {"storage": size}, "conditions": None, "allocatedResources": {"storage": size}}},
+        )
 
     def volume_dir(self, namespace: str, claim: str) -> str | None:
         """Where a claim's data lives on this machine (tests back-date segment files there)."""
@@ -311,8 +375,13 @@ class Kubelet:
 
     def _admit(self, pod: dict) -> PodRuntime:
         meta = pod["metadata"]
-        rt = PodRuntime(meta["namespace"], meta["name"], meta["uid"], self._allocate_ip(),
-                        os.path.join(self.base, "pods", meta["namespace"], f"{meta['name']}-{meta['uid'][:8]}"))
+        rt = PodRuntime(
+            meta["namespace"],
+            meta["name"],
+            meta["uid"],
+            self._allocate_ip(),
+            os.path.join(self.base, "pods", meta["namespace"], f"{meta['name']}-{meta['uid'][:8]}"),
+        )
         self.pods[rt.uid] = rt
         return rt
 
@@ -326,8 +395,15 @@ class Kubelet:
             else:
                 try:
                     volumes = self._volumes(rt, pod, container)
-                    rt.container = ContainerProcess(pod, container, rt.ip, volumes, os.path.join(rt.dir, f"{container['name']}.log"),
-                                                    env=self._service_env(), rewrite=self._rewrite_args)
+                    rt.container = ContainerProcess(
+                        pod,
+                        container,
+                        rt.ip,
+                        volumes,
+                        os.path.join(rt.dir, f"{container['name']}.log"),
+                        env=self._service_env(),
+                        rewrite=self._rewrite_args,
+                    )
                     rt.container.env = {k: self._services(v, rt.namespace) for k, v in rt.container.env.items()}
                     rt.container.start()
                     rt.started_at = rt.first_started = now()
@@ -337,8 +413,12 @@ class Kubelet:
                     rt.waiting = ("ContainerCreating", str(e))
         elif c is not None and not c.running and rt.terminated is None:
             code = c.exit_code
-            rt.last_exit = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": now(),
-                            "startedAt": rt.started_at}
+            rt.last_exit = {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "finishedAt": now(),
+                "startedAt": rt.started_at,
+            }
             policy = spec.get("restartPolicy", "Always")
             if policy == "Always" or (policy == "OnFailure" and code != 0):
                 if rt.next_restart == 0.0:
@@ -385,15 +465,28 @@ class Kubelet:
             reason, message = rt.waiting or ("ContainerCreating", "")
             phase, state = "Pending", {"waiting": {"reason": reason, "message": message}}
         ready = running and rt.ready
-        cstatus = {"name": container["name"], "image": container.get("image", ""), "imageID": "", "ready": ready,
-                   "started": running, "restartCount": c.restarts if c else 0, "state": state}
+        cstatus = {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": "",
+            "ready": ready,
+            "started": running,
+            "restartCount": c.restarts if c else 0,
+            "state": state,
+        }
         if rt.last_exit and rt.terminated is None:
             cstatus["lastState"] = {"terminated": rt.last_exit}
-        status = {"phase": phase, "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
-                  "conditions": [{"type": "Initialized", "status": "True"},
-                                 {"type": "ContainersReady", "status": "True" if ready else "False"},
-                                 {"type": "Ready", "status": "True" if ready else "False"}],
-                  "containerStatuses": [cstatus]}
+        status = {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "ContainersReady", "status": "True" if ready else "False"},
+                {"type": "Ready", "status": "True" if ready else "False"},
+            ],
+            "containerStatuses": [cstatus],
+        }
         if c is not None:
             status.update(podIP=rt.ip, podIPs=[{"ip": rt.ip}], startTime=rt.first_started)
         if status == rt.reported:
@@ -419,9 +512,10 @@ class Kubelet:
     def _finalize(self, pod: dict) -> None:
         meta = pod["metadata"]
         try:
-            self.api.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                             "preconditions": {"uid": meta["uid"]}})
+            self.api.delete(
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )
         except ApiError as e:
             if e.status != 409:  # another uid by now: already gone
                 raise
@@ -452,11 +546,11 @@ class Kubelet:
         if "emptyDir" in vol:
             return target
         if "configMap" in vol:
-            _write_files(target, self._config_map(ns, vol["configMap"]["name"], vol["configMap"].get("optional")),
-                         vol["configMap"].get("items"))
+            _write_files(
+                target, self._config_map(ns, vol["configMap"]["name"], vol["configMap"].get("optional")), vol["configMap"].get("items")
+            )
         elif "secret" in vol:
-            _write_files(target, self._secret(ns, vol["secret"]["secretName"], vol["secret"].get("optional")),
-                         vol["secret"].get("items"))
+            _write_files(target, self._secret(ns, vol["secret"]["secretName"], vol["secret"].get("optional")), vol["secret"].get("items"))
         elif "projected" in vol:
             files: dict[str, bytes] = {}
             for src in vol["projected"].get("sources", []):
@@ -466,8 +560,9 @@ class Kubelet:
                     data = self._config_map(ns, src["configMap"]["name"], src["configMap"].get("optional"))
                     files.update(_select(data, src["configMap"].get("items")))
                 elif "secret" in src:
-                    files.update(_select(self._secret(ns, src["secret"]["name"], src["secret"].get("optional")),
-                                         src["secret"].get("items")))
+                    files.update(
+                        _select(self._secret(ns, src["secret"]["name"], src["secret"].get("optional")), src["secret"].get("items"))
+                    )
                 elif "downwardAPI" in src:
                     for item in src["downwardAPI"].get("items", []):
                         path = item.get("fieldRef", {}).get("fieldPath", "")
@@ -504,12 +599,16 @@ class Kubelet:
     def _token(self, pod: dict, source: dict) -> str:
         meta = pod["metadata"]
         sa = pod["spec"].get("serviceAccountName", "default")
-        spec: dict[str, Any] = {"expirationSeconds": int(source.get("expirationSeconds", 3607)),
-                                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}
+        spec: dict[str, Any] = {
+            "expirationSeconds": int(source.get("expirationSeconds", 3607)),
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        }
         if source.get("audience"):
             spec["audiences"] = [source["audience"]]
-        resp = self.api.post(f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{sa}/token",
-                             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        resp = self.api.post(
+            f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{sa}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
         if resp is None:
             raise MissingVolume(f'serviceaccount "{sa}" not found')
         return resp["status"]["token"]
@@ -531,8 +630,7 @@ class Kubelet:
 
     def _service_env(self) -> dict[str, str]:
         port = str(self.plane.api_port)
-        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port,
-                "KUBERNETES_SERVICE_PORT_HTTPS": port}
+        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port, "KUBERNETES_SERVICE_PORT_HTTPS": port}
 
     def _peers_file(self, ns: str, service: str) -> str:
         return os.path.join(self.base, "dns", ns, f"{service}.peers")
@@ -565,8 +663,9 @@ class Kubelet:
 
     def _endpoints(self, ns: str, service: str, ready_only: bool) -> list[tuple[str, dict]]:
         out = []
-        for sl in self.api.items(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
-                                 labelSelector=f"kubernetes.io/service-name={service}"):
+        for sl in self.api.items(
+            f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", labelSelector=f"kubernetes.io/service-name={service}"
+        ):
             ports = {p.get("name", ""): p.get("port") for p in sl.get("ports") or []}
             for ep in sl.get("endpoints") or []:
                 if ready_only and not (ep.get("conditions") or {}).get("ready"):
@@ -648,8 +747,18 @@ def _write_files(target: str, data: dict[str, bytes], items: list[dict] | None) 
         os.replace(path + ".tmp", path)
 
 
-_UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "k": 10**3, "M": 10**6, "G": 10**9,
-          "T": 10**12, "P": 10**15}
+_UNITS = {
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+}
 
 
 def _bytes(quantity: str) -> float:

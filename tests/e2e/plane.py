@@ -100,24 +100,58 @@ class ControlPlane:
     def _certs(self) -> None:
         p = self.pki
         os.makedirs(p, exist_ok=True)
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
-                 "-subj", "/CN=msgstore-e2e-ca", cwd=p)
+        _openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=msgstore-e2e-ca",
+            cwd=p,
+        )
         with open(os.path.join(p, "server.ext"), "w") as f:
-            f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
-                    "subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-                    "DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1\n")
+            f.write(
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+                "subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+                "DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1\n"
+            )
         with open(os.path.join(p, "client.ext"), "w") as f:
             f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n")
-        users = {"apiserver": ("/CN=kube-apiserver", "server.ext"),
-                 "admin": ("/O=system:masters/CN=kubernetes-admin", "client.ext"),
-                 "controller-manager": ("/CN=system:kube-controller-manager", "client.ext"),
-                 "scheduler": ("/CN=system:kube-scheduler", "client.ext"),
-                 "kubelet-client": ("/O=system:masters/CN=kube-apiserver-kubelet-client", "client.ext"),
-                 "node-1": ("/O=system:nodes/CN=system:node:node-1", "client.ext")}
+        users = {
+            "apiserver": ("/CN=kube-apiserver", "server.ext"),
+            "admin": ("/O=system:masters/CN=kubernetes-admin", "client.ext"),
+            "controller-manager": ("/CN=system:kube-controller-manager", "client.ext"),
+            "scheduler": ("/CN=system:kube-scheduler", "client.ext"),
+            "kubelet-client": ("/O=system:masters/CN=kube-apiserver-kubelet-client", "client.ext"),
+            "node-1": ("/O=system:nodes/CN=system:node:node-1", "client.ext"),
+        }
         for name, (subject, ext) in users.items():
             _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=p)
-            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                     "-out", f"{name}.crt", "-days", "3650", "-extfile", ext, cwd=p)
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                f"{name}.crt",
+                "-days",
+                "3650",
+                "-extfile",
+                ext,
+                cwd=p,
+            )
         _openssl("genrsa", "-out", "sa.key", "2048", cwd=p)
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=p)
         for user in ("admin", "controller-manager", "scheduler"):
@@ -134,10 +168,10 @@ class ControlPlane:
 kind: Config
 clusters:
 - name: e2e
-  cluster: {{server: "{self.url}", certificate-authority-data: {b64('ca.crt')}}}
+  cluster: {{server: "{self.url}", certificate-authority-data: {b64("ca.crt")}}}
 users:
 - name: {user}
-  user: {{client-certificate-data: {b64(user + '.crt')}, client-key-data: {b64(user + '.key')}}}
+  user: {{client-certificate-data: {b64(user + ".crt")}, client-key-data: {b64(user + ".key")}}}
 contexts:
 - name: {user}@e2e
   context: {{cluster: e2e, user: {user}}}
@@ -150,8 +184,9 @@ current-context: {user}@e2e
     def _start(self, name: str, argv: list[str]) -> None:
         os.makedirs(os.path.join(self.base, "logs"), exist_ok=True)
         with open(os.path.join(self.base, "logs", f"{name}.log"), "ab") as log:
-            self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                start_new_session=True)
+            self.procs[name] = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
 
     def _healthy(self, name: str, url: str, verify: str | bool) -> bool:
         proc = self.procs[name]
@@ -165,43 +200,96 @@ current-context: {user}@e2e
         except requests.RequestException:
             return False
 
-    def up(self, assets: str) -> "ControlPlane":
+    def up(self, assets: str) -> ControlPlane:
         bins = _unpack(assets, os.path.join(self.base, "bin"))
         self._certs()
         p = self.pki
         etcd_port, etcd_peer, kcm_port, sched_port = free_port(), free_port(), free_port(), free_port()
-        self._start("etcd", [bins["etcd"], "-data-dir", os.path.join(self.base, "etcd"),
-                             "-listen-client-url", f"http://127.0.0.1:{etcd_port}", "-listen-peer-url", f"http://127.0.0.1:{etcd_peer}"])
+        self._start(
+            "etcd",
+            [
+                bins["etcd"],
+                "-data-dir",
+                os.path.join(self.base, "etcd"),
+                "-listen-client-url",
+                f"http://127.0.0.1:{etcd_port}",
+                "-listen-peer-url",
+                f"http://127.0.0.1:{etcd_peer}",
+            ],
+        )
         wait_until(lambda: self._healthy("etcd", f"http://127.0.0.1:{etcd_port}/health", False), 60, 0.2, "etcd")
-        self._start("kube-apiserver", [
-            bins["kube-apiserver"], f"--etcd-servers=http://127.0.0.1:{etcd_port}", "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1", f"--secure-port={self.api_port}",
-            f"--tls-cert-file={p}/apiserver.crt", f"--tls-private-key-file={p}/apiserver.key", f"--client-ca-file={p}/ca.crt",
-            f"--kubelet-client-certificate={p}/kubelet-client.crt", f"--kubelet-client-key={p}/kubelet-client.key",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={p}/sa.pub", f"--service-account-signing-key-file={p}/sa.key",
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false", "--v=1"])
+        self._start(
+            "kube-apiserver",
+            [
+                bins["kube-apiserver"],
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--tls-cert-file={p}/apiserver.crt",
+                f"--tls-private-key-file={p}/apiserver.key",
+                f"--client-ca-file={p}/ca.crt",
+                f"--kubelet-client-certificate={p}/kubelet-client.crt",
+                f"--kubelet-client-key={p}/kubelet-client.key",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={p}/sa.pub",
+                f"--service-account-signing-key-file={p}/sa.key",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         wait_until(lambda: self._healthy("kube-apiserver", f"{self.url}/readyz", self.ca), 180, 0.25, "kube-apiserver")
-        self._start("kube-controller-manager", [
-            bins["kube-controller-manager"], f"--kubeconfig={p}/controller-manager.kubeconfig",
-            f"--authentication-kubeconfig={p}/controller-manager.kubeconfig",
-            f"--authorization-kubeconfig={p}/controller-manager.kubeconfig", "--bind-address=127.0.0.1",
-            f"--secure-port={kcm_port}", "--leader-elect=false", f"--service-account-private-key-file={p}/sa.key",
-            f"--root-ca-file={p}/ca.crt", "--use-service-account-credentials=true",
-            f"--cluster-signing-cert-file={p}/ca.crt", f"--cluster-signing-key-file={p}/ca.key",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--cluster-name=e2e", "--controllers=*", "--profiling=false", "--v=1"])
-        self._start("kube-scheduler", [
-            bins["kube-scheduler"], f"--kubeconfig={p}/scheduler.kubeconfig", f"--authentication-kubeconfig={p}/scheduler.kubeconfig",
-            f"--authorization-kubeconfig={p}/scheduler.kubeconfig", "--bind-address=127.0.0.1", f"--secure-port={sched_port}",
-            "--leader-elect=false", "--profiling=false", "--v=1"])
-        wait_until(lambda: self._healthy("kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", False), 90, 0.25,
-                   "kube-controller-manager")
-        wait_until(lambda: self._healthy("kube-scheduler", f"https://127.0.0.1:{sched_port}/healthz", False), 90, 0.25,
-                   "kube-scheduler")
+        self._start(
+            "kube-controller-manager",
+            [
+                bins["kube-controller-manager"],
+                f"--kubeconfig={p}/controller-manager.kubeconfig",
+                f"--authentication-kubeconfig={p}/controller-manager.kubeconfig",
+                f"--authorization-kubeconfig={p}/controller-manager.kubeconfig",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={p}/sa.key",
+                f"--root-ca-file={p}/ca.crt",
+                "--use-service-account-credentials=true",
+                f"--cluster-signing-cert-file={p}/ca.crt",
+                f"--cluster-signing-key-file={p}/ca.key",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--cluster-name=e2e",
+                "--controllers=*",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._start(
+            "kube-scheduler",
+            [
+                bins["kube-scheduler"],
+                f"--kubeconfig={p}/scheduler.kubeconfig",
+                f"--authentication-kubeconfig={p}/scheduler.kubeconfig",
+                f"--authorization-kubeconfig={p}/scheduler.kubeconfig",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={sched_port}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        wait_until(
+            lambda: self._healthy("kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", False),
+            90,
+            0.25,
+            "kube-controller-manager",
+        )
+        wait_until(lambda: self._healthy("kube-scheduler", f"https://127.0.0.1:{sched_port}/healthz", False), 90, 0.25, "kube-scheduler")
         with self.session() as s:
-            wait_until(lambda: s.get(f"{self.url}/api/v1/namespaces/default/serviceaccounts/default").ok, 60, 0.25,
-                       "the default ServiceAccount")
+            wait_until(
+                lambda: s.get(f"{self.url}/api/v1/namespaces/default/serviceaccounts/default").ok, 60, 0.25, "the default ServiceAccount"
+            )
         return self
 
     def down(self) -> None:
@@ -225,4 +313,3 @@ current-context: {user}@e2e
 
     def wait(self, predicate, timeout: float = 60, what: str = "condition"):
         return wait_until(predicate, timeout, 0.1, what)
-

@@ -26,18 +26,30 @@ NS = "apps"
 RELEASE = "msgstore"
 RELEASE_NS = "msgstore"
 # small files: segments roll after a few hundred messages, and nothing preallocates a gigabyte
-SMALL = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 4000,
-         "extra": {"maxHashSlotNum": "1024", "maxIndexNum": "4096"}}
-SMALL_VALUES = ["--set", "store.config.mappedFileSizeCommitLog=262144", "--set", "store.config.mappedFileSizeConsumeQueue=20000",
-                "--set-string", "store.extraConfig.maxHashSlotNum=1024", "--set-string", "store.extraConfig.maxIndexNum=4096",
-                "--set", "store.persistence.size=1Gi"]
+SMALL = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 4000, "extra": {"maxHashSlotNum": "1024", "maxIndexNum": "4096"}}
+SMALL_VALUES = [
+    "--set",
+    "store.config.mappedFileSizeCommitLog=262144",
+    "--set",
+    "store.config.mappedFileSizeConsumeQueue=20000",
+    "--set-string",
+    "store.extraConfig.maxHashSlotNum=1024",
+    "--set-string",
+    "store.extraConfig.maxIndexNum=4096",
+    "--set",
+    "store.persistence.size=1Gi",
+]
 # the periodic pass is slow on purpose: what happens within seconds is the event handlers' doing
 INTERVAL = 30
 
 
 def store_doc(name: str, ns: str = NS, **spec) -> dict:
-    return {"apiVersion": "msgstore.io/v1alpha1", "kind": "MessageStore", "metadata": {"name": name, "namespace": ns},
-            "spec": {"storage": {"size": "1Gi"}, "store": dict(SMALL), **spec}}
+    return {
+        "apiVersion": "msgstore.io/v1alpha1",
+        "kind": "MessageStore",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"storage": {"size": "1Gi"}, "store": dict(SMALL), **spec},
+    }
 
 
 def client(k8s: K8s, ns: str, pod: str, **kw) -> Client:
@@ -58,8 +70,22 @@ def queue_on(c: Client, topic: str, node: str, qid: int = 0):
 
 @pytest.fixture(scope="module")
 def release(k8s: K8s):
-    out = k8s.helm("install", RELEASE, CHART, "-n", RELEASE_NS, "--create-namespace", "--set", "store.enabled=true",
-                   *SMALL_VALUES, "--set", f"operator.reconcileInterval={INTERVAL}", "--wait", "--timeout", "180s")
+    out = k8s.helm(
+        "install",
+        RELEASE,
+        CHART,
+        "-n",
+        RELEASE_NS,
+        "--create-namespace",
+        "--set",
+        "store.enabled=true",
+        *SMALL_VALUES,
+        "--set",
+        f"operator.reconcileInterval={INTERVAL}",
+        "--wait",
+        "--timeout",
+        "180s",
+    )
     assert "watching every namespace" in out.stdout  # NOTES, for the default scope
     yield RELEASE
     k8s.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", check=False)
@@ -82,13 +108,19 @@ def test_sample_store_is_ready_and_selects_only_its_own_pods(k8s: K8s, release):
     k8s.wait(lambda: k8s.ready(RELEASE_NS, RELEASE), 120, "the sample store Ready")
     assert list(pod_figures(k8s, RELEASE_NS, RELEASE)) == [f"{RELEASE}-0"]
     pdb = k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}")
-    k8s.wait(lambda: (k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}").get("status")
-                      or {}).get("expectedPods") == 1, what="the PDB to count one pod")
+    k8s.wait(
+        lambda: (
+            (k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}").get("status") or {}).get("expectedPods")
+            == 1
+        ),
+        what="the PDB to count one pod",
+    )
     pdb = k8s.get(f"/apis/policy/v1/namespaces/{RELEASE_NS}/poddisruptionbudgets/{RELEASE}")
     assert pdb["status"]["disruptionsAllowed"] == 1
     for svc in (RELEASE, f"{RELEASE}-headless"):
-        slices = k8s.api.items(f"/apis/discovery.k8s.io/v1/namespaces/{RELEASE_NS}/endpointslices",
-                               labelSelector=f"kubernetes.io/service-name={svc}")
+        slices = k8s.api.items(
+            f"/apis/discovery.k8s.io/v1/namespaces/{RELEASE_NS}/endpointslices", labelSelector=f"kubernetes.io/service-name={svc}"
+        )
         addresses = {a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]}
         assert addresses == {k8s.pod(RELEASE_NS, f"{RELEASE}-0")["status"]["podIP"]}, (svc, addresses)
 
@@ -131,8 +163,11 @@ def test_three_node_store_renders_every_object(k8s: K8s, orders):
         assert owner["name"] == "orders" and owner["blockOwnerDeletion"] is True
     assert k8s.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/orders")["spec"]["maxUnavailable"] == 1
     pvcs = k8s.api.items(f"/api/v1/namespaces/{NS}/persistentvolumeclaims")
-    assert sorted(p["metadata"]["name"] for p in pvcs if p["status"]["phase"] == "Bound") == \
-        ["data-orders-0", "data-orders-1", "data-orders-2"]
+    assert sorted(p["metadata"]["name"] for p in pvcs if p["status"]["phase"] == "Bound") == [
+        "data-orders-0",
+        "data-orders-1",
+        "data-orders-2",
+    ]
     pods = k8s.pods(NS, "app.kubernetes.io/instance=orders")
     assert all(p["spec"].get("automountServiceAccountToken") is False for p in pods)
     route = client(k8s, NS, "orders-1").route("t", refresh=True)  # peers found through the headless Service
@@ -144,8 +179,17 @@ def test_three_node_store_renders_every_object(k8s: K8s, orders):
 
 def test_hot_settings_reach_every_pod_without_a_restart(k8s: K8s, orders):
     pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in ("orders-0", "orders-1", "orders-2")}
-    k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p",
-                '{"spec": {"store": {"fileReservedTime": 5, "deleteWhen": "03;15"}}}')
+    k8s.kubectl(
+        "patch",
+        "mstore",
+        "orders",
+        "-n",
+        NS,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec": {"store": {"fileReservedTime": 5, "deleteWhen": "03;15"}}}',
+    )
 
     def live() -> bool:
         for pod in pids:
@@ -176,9 +220,14 @@ def test_manual_delete_annotation_deletes_back_dated_segments_on_every_pod(k8s: 
         for n in names[:-1]:
             os.utime(os.path.join(seg_dir, n), (old, old))
     k8s.kubectl("annotate", "mstore", "orders", "-n", NS, "msgstore.io/manual-delete=n1")
-    k8s.wait(lambda: "msgstore.io/manual-delete" not in annotations(k8s, NS, "orders")
-             and (k8s.store(NS, "orders").get("status") or {}).get("lastManualDelete", {}).get("nonce") == "n1",
-             20, "the manual delete done and the annotation cleared (by the update handler, not the periodic pass)")
+    k8s.wait(
+        lambda: (
+            "msgstore.io/manual-delete" not in annotations(k8s, NS, "orders")
+            and (k8s.store(NS, "orders").get("status") or {}).get("lastManualDelete", {}).get("nonce") == "n1"
+        ),
+        20,
+        "the manual delete done and the annotation cleared (by the update handler, not the periodic pass)",
+    )
     results = k8s.store(NS, "orders")["status"]["lastManualDelete"]["results"]
     assert [r["pod"] for r in results] == list(pods)
     for r in results:
@@ -210,7 +259,7 @@ class Producer:
             i += 1
             self.stop.wait(0.02)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         self.thread.start()
         return self
 
@@ -241,8 +290,14 @@ def test_restart_only_change_rolls_one_pod_at_a_time_and_loses_nothing(k8s: K8s,
     with Producer(k8s) as producer:
         k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"store": {"flushDiskType": "SYNC_FLUSH"}}}')
         _wait_roll(k8s, finished, "the roll for flushDiskType")
-    assert _roll_order(k8s, mark) == [("stopped", "orders-2"), ("started", "orders-2"), ("stopped", "orders-1"),
-                                      ("started", "orders-1"), ("stopped", "orders-0"), ("started", "orders-0")]
+    assert _roll_order(k8s, mark) == [
+        ("stopped", "orders-2"),
+        ("started", "orders-2"),
+        ("stopped", "orders-1"),
+        ("started", "orders-1"),
+        ("stopped", "orders-0"),
+        ("started", "orders-0"),
+    ]
     figures = pod_figures(k8s, NS, "orders")
     assert all(f["recoveryMode"] == "normal" and f["upToDate"] for f in figures.values()), figures
     assert all(client(k8s, NS, p).admin().config()["flushDiskType"] == "SYNC_FLUSH" for p in figures)
@@ -254,8 +309,11 @@ def test_restart_annotation_rolls_and_last_roll_is_replaced_not_merged(k8s: K8s,
     assert k8s.store(NS, "orders")["status"]["lastRoll"].get("finished")
     mark, finished = len(k8s.kubelet.history), len(k8s.events(NS, "RollFinished", "orders"))
     k8s.kubectl("annotate", "mstore", "orders", "-n", NS, "msgstore.io/restart=r1")
-    running = k8s.wait(lambda: (lambda r: r if r.get("state") == "running" else None)(
-        k8s.store(NS, "orders")["status"].get("lastRoll") or {}), 20, "the roll started")
+    running = k8s.wait(
+        lambda: (lambda r: r if r.get("state") == "running" else None)(k8s.store(NS, "orders")["status"].get("lastRoll") or {}),
+        20,
+        "the roll started",
+    )
     assert "finished" not in running, running
     _wait_roll(k8s, finished, "the restart roll")
     assert [p for e, p in _roll_order(k8s, mark) if e == "stopped"] == ["orders-2", "orders-1", "orders-0"]
@@ -265,21 +323,28 @@ def test_restart_annotation_rolls_and_last_roll_is_replaced_not_merged(k8s: K8s,
 
 def test_sigkill_is_reported_as_an_abnormal_recovery(k8s: K8s, orders):
     k8s.kubelet.kill(NS, "orders-1")
-    k8s.wait(lambda: pod_figures(k8s, NS, "orders").get("orders-1", {}).get("recoveryMode") == "abnormal", 60,
-             "the abnormal recovery in status")
+    k8s.wait(
+        lambda: pod_figures(k8s, NS, "orders").get("orders-1", {}).get("recoveryMode") == "abnormal", 60, "the abnormal recovery in status"
+    )
     event = k8s.wait(lambda: k8s.events(NS, "AbnormalRecovery", "orders"), 30, "the AbnormalRecovery Event")[0]
     assert event["type"] == "Warning" and "orders-1" in event["message"]
     k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready after the crash")
     assert k8s.pod(NS, "orders-1")["status"]["containerStatuses"][0]["restartCount"] == 1
 
 
-@pytest.mark.parametrize("store, message", [
-    ({"diskMaxUsedSpaceRatio": 80, "diskSpaceCleanForciblyRatio": 70}, "diskSpaceCleanForciblyRatio must be >= diskMaxUsedSpaceRatio"),
-    ({"diskSpaceWarningLevelRatio": 80, "diskSpaceCleanForciblyRatio": 85}, "diskSpaceWarningLevelRatio must be >= diskSpaceCleanForciblyRatio"),
-    ({"fileReservedTime": -1}, "spec.store.fileReservedTime"),
-    ({"deleteWhen": "4;25"}, "spec.store.deleteWhen"),
-    ({"flushDiskType": "SOMETIMES"}, "spec.store.flushDiskType"),
-])
+@pytest.mark.parametrize(
+    "store, message",
+    [
+        ({"diskMaxUsedSpaceRatio": 80, "diskSpaceCleanForciblyRatio": 70}, "diskSpaceCleanForciblyRatio must be >= diskMaxUsedSpaceRatio"),
+        (
+            {"diskSpaceWarningLevelRatio": 80, "diskSpaceCleanForciblyRatio": 85},
+            "diskSpaceWarningLevelRatio must be >= diskSpaceCleanForciblyRatio",
+        ),
+        ({"fileReservedTime": -1}, "spec.store.fileReservedTime"),
+        ({"deleteWhen": "4;25"}, "spec.store.deleteWhen"),
+        ({"flushDiskType": "SOMETIMES"}, "spec.store.flushDiskType"),
+    ],
+)
 def test_invalid_specs_are_refused_by_the_api_server(k8s: K8s, orders, store, message):
     doc = store_doc("bad", store={**SMALL, **store})
     out = k8s.apply(doc, check=False)
@@ -303,14 +368,28 @@ def test_volume_expansion_follows_the_storage_size(k8s: K8s, orders):
         return all(pvcs[f"data-{p}"]["status"].get("capacity", {}).get("storage") == "2Gi" for p in pids)
 
     k8s.wait(expanded, 60, "every claim at 2Gi")
-    k8s.wait(lambda: (k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders") or {}).get("spec", {}).get(
-        "volumeClaimTemplates", [{}])[0].get("spec", {}).get("resources", {}).get("requests", {}).get("storage") == "2Gi",
-        60, "the StatefulSet recreated with the new claim size")
+    k8s.wait(
+        lambda: (
+            (k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders") or {})
+            .get("spec", {})
+            .get("volumeClaimTemplates", [{}])[0]
+            .get("spec", {})
+            .get("resources", {})
+            .get("requests", {})
+            .get("storage")
+            == "2Gi"
+        ),
+        60,
+        "the StatefulSet recreated with the new claim size",
+    )
     k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready")
     assert {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pids} == pids  # no pod restarted
     k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"storage": {"size": "1Gi"}}}')
-    cond = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(
-        k8s.condition(NS, "orders", "StorageResizeBlocked")), 30, "the shrink reported")
+    cond = k8s.wait(
+        lambda: (lambda c: c if c.get("status") == "True" else None)(k8s.condition(NS, "orders", "StorageResizeBlocked")),
+        30,
+        "the shrink reported",
+    )
     assert "cannot shrink" in cond["message"] and "data-orders-0" in cond["message"]
     k8s.kubectl("patch", "mstore", "orders", "-n", NS, "--type", "merge", "-p", '{"spec": {"storage": {"size": "2Gi"}}}')
     k8s.wait(lambda: k8s.condition(NS, "orders", "StorageResizeBlocked").get("status") == "False", 30, "cleared")
@@ -324,19 +403,26 @@ def test_scale_down_is_blocked_until_consumed_then_forced(k8s: K8s, orders):
     assert all(r.ok for r in c2.send_batch("work", [OutMessage(b"job-%d" % i) for i in range(5)], queue=q))
     c2.commit("billing", "work", q, 2)  # 3 not consumed yet
     k8s.kubectl("scale", "mstore", "orders", "-n", NS, "--replicas=2")
-    cond = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(
-        k8s.condition(NS, "orders", "ScaleDownBlocked")), 30, "ScaleDownBlocked")
+    cond = k8s.wait(
+        lambda: (lambda c: c if c.get("status") == "True" else None)(k8s.condition(NS, "orders", "ScaleDownBlocked")),
+        30,
+        "ScaleDownBlocked",
+    )
     assert "orders-2" in cond["message"] and "billing: 3" in cond["message"]
     assert k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 3
     c2.commit("billing", "work", q, 5)
-    k8s.wait(lambda: k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 2, 30,
-             "the scale-down once consumed")
+    k8s.wait(
+        lambda: k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 2, 30, "the scale-down once consumed"
+    )
     k8s.wait(lambda: k8s.pod(NS, "orders-2") is None, 60, "orders-2 gone")
     assert k8s.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-orders-2")  # Retain: the volume stays
     scale = k8s.get(f"{GROUP_PATH}/namespaces/{NS}/messagestores/orders/scale")
     assert scale["spec"]["replicas"] == 2 and "app.kubernetes.io/instance=orders" in scale["status"]["selector"]
-    k8s.wait(lambda: k8s.get(f"{GROUP_PATH}/namespaces/{NS}/messagestores/orders/scale")["status"].get("replicas") == 2, 30,
-             "the scale subresource's status")
+    k8s.wait(
+        lambda: k8s.get(f"{GROUP_PATH}/namespaces/{NS}/messagestores/orders/scale")["status"].get("replicas") == 2,
+        30,
+        "the scale subresource's status",
+    )
     # unconsumed and never read by any group, then forced
     c1 = client(k8s, NS, "orders-1")
     assert c1.send_batch("work", [OutMessage(b"late")], queue=queue_on(c1, "work", "orders-1"))[0].ok
@@ -349,9 +435,13 @@ def test_scale_down_is_blocked_until_consumed_then_forced(k8s: K8s, orders):
 
 def test_deleting_the_store_garbage_collects_what_it_owns(k8s: K8s, orders):
     k8s.kubectl("delete", "mstore", "orders", "-n", NS, "--wait=true", "--timeout=60s")  # no finalizer to wait for
-    for path in (f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders", f"/api/v1/namespaces/{NS}/services/orders",
-                 f"/api/v1/namespaces/{NS}/services/orders-headless", f"/api/v1/namespaces/{NS}/configmaps/orders-config",
-                 f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/orders"):
+    for path in (
+        f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders",
+        f"/api/v1/namespaces/{NS}/services/orders",
+        f"/api/v1/namespaces/{NS}/services/orders-headless",
+        f"/api/v1/namespaces/{NS}/configmaps/orders-config",
+        f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/orders",
+    ):
         k8s.wait(lambda path=path: k8s.get(path) is None, 60, f"{path} collected")
     k8s.wait(lambda: not k8s.pods(NS, "app.kubernetes.io/instance=orders"), 60, "the pods gone")
     claims = {p["metadata"]["name"] for p in k8s.api.items(f"/api/v1/namespaces/{NS}/persistentvolumeclaims")}
@@ -363,8 +453,11 @@ def test_pvcs_follow_a_delete_retention_policy(k8s: K8s, release):
     k8s.apply(store_doc("scratch", replicas=1, storage={"size": "1Gi", "retentionPolicy": {"whenDeleted": "Delete"}}))
     k8s.wait(lambda: k8s.ready(NS, "scratch"), 120, "scratch Ready")
     k8s.kubectl("delete", "mstore", "scratch", "-n", NS, "--wait=true")
-    k8s.wait(lambda: k8s.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-scratch-0") is None, 60,
-             "the claim deleted with its StatefulSet")
+    k8s.wait(
+        lambda: k8s.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-scratch-0") is None,
+        60,
+        "the claim deleted with its StatefulSet",
+    )
 
 
 # ---------------------------------------------------------------------------------- fixes
@@ -377,15 +470,21 @@ def test_reverting_a_broken_image_finishes_the_roll(k8s: K8s, release):
     k8s.wait(lambda: k8s.ready(NS, "duo"), 120, "duo Ready")
     good = k8s.store(NS, "duo")["spec"].get("image")
     k8s.kubectl("patch", "mstore", "duo", "-n", NS, "--type", "merge", "-p", '{"spec": {"image": "registry.invalid/msgstore:broken"}}')
-    cond = k8s.wait(lambda: (lambda c: c if "ErrImagePull" in c.get("message", "") else None)(
-        k8s.condition(NS, "duo", "PodsPending")), 60, "the pull error reported")
+    cond = k8s.wait(
+        lambda: (lambda c: c if "ErrImagePull" in c.get("message", "") else None)(k8s.condition(NS, "duo", "PodsPending")),
+        60,
+        "the pull error reported",
+    )
     assert "duo-1" in cond["message"] and cond["status"] == "True"
     assert k8s.pod(NS, "duo-0")["metadata"]["annotations"]  # duo-0 was not touched while duo-1 cannot start
     assert k8s.kubelet.runtime(NS, "duo-0").container.running
     patch = '{"spec": {"image": null}}' if good is None else '{"spec": {"image": "%s"}}' % good
     k8s.kubectl("patch", "mstore", "duo", "-n", NS, "--type", "merge", "-p", patch)
-    k8s.wait(lambda: k8s.ready(NS, "duo") and (k8s.store(NS, "duo")["status"].get("lastRoll") or {}).get("state") == "done",
-             90, "the roll finished after the revert")
+    k8s.wait(
+        lambda: k8s.ready(NS, "duo") and (k8s.store(NS, "duo")["status"].get("lastRoll") or {}).get("state") == "done",
+        90,
+        "the roll finished after the revert",
+    )
     assert k8s.condition(NS, "duo", "PodsPending").get("status") == "False"
     k8s.kubectl("delete", "mstore", "duo", "-n", NS, "--wait=true")
 
@@ -397,8 +496,11 @@ def test_admin_token_rotation_keeps_the_store_manageable(k8s: K8s, release):
     k8s.apply(store_doc("vault", replicas=2, adminTokenSecret={"name": "vault-admin"}))
     k8s.wait(lambda: k8s.ready(NS, "vault"), 120, "vault Ready")
     pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in ("vault-0", "vault-1")}
-    k8s.apply(k8s.kubectl("create", "secret", "generic", "vault-admin", "-n", NS, "--from-literal=token=second-t0ken",
-                          "--dry-run=client", "-o", "yaml").stdout)
+    k8s.apply(
+        k8s.kubectl(
+            "create", "secret", "generic", "vault-admin", "-n", NS, "--from-literal=token=second-t0ken", "--dry-run=client", "-o", "yaml"
+        ).stdout
+    )
 
     def new_token_works() -> bool:
         try:
@@ -413,12 +515,21 @@ def test_admin_token_rotation_keeps_the_store_manageable(k8s: K8s, release):
     assert {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pids} == pids  # no restart needed
     # the operator still manages the store: a hot setting and a restart request both go through
     k8s.kubectl("patch", "mstore", "vault", "-n", NS, "--type", "merge", "-p", '{"spec": {"store": {"fileReservedTime": 9}}}')
-    k8s.wait(lambda: all(client(k8s, NS, p, admin_token="second-t0ken").admin().config()["fileReservedTime"] == "9"
-                         for p in pids), 30, "the hot setting pushed with the new token")
+    k8s.wait(
+        lambda: all(client(k8s, NS, p, admin_token="second-t0ken").admin().config()["fileReservedTime"] == "9" for p in pids),
+        30,
+        "the hot setting pushed with the new token",
+    )
     k8s.kubectl("annotate", "mstore", "vault", "-n", NS, "msgstore.io/restart=after-rotation")
-    k8s.wait(lambda: (k8s.store(NS, "vault")["status"].get("lastRoll") or {}).get("state") == "done"
-             and k8s.store(NS, "vault")["status"].get("restartNonce") == "after-rotation" and k8s.ready(NS, "vault"),
-             120, "the restart after the rotation")
+    k8s.wait(
+        lambda: (
+            (k8s.store(NS, "vault")["status"].get("lastRoll") or {}).get("state") == "done"
+            and k8s.store(NS, "vault")["status"].get("restartNonce") == "after-rotation"
+            and k8s.ready(NS, "vault")
+        ),
+        120,
+        "the restart after the rotation",
+    )
     assert k8s.condition(NS, "vault", "AdminTokenRejected").get("status") == "False"
     k8s.kubectl("delete", "mstore", "vault", "-n", NS, "--wait=true")
 
@@ -429,16 +540,24 @@ def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):
     ns = namespace(k8s, "prod")
     sample = os.path.join(CHART, "..", "..", "deploy", "samples", "production.yaml")
     k8s.kubectl("apply", "-n", ns, "-f", sample)
-    cond = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(
-        k8s.condition(ns, "orders", "ReferenceMissing")), 30, "the missing Secret reported")
+    cond = k8s.wait(
+        lambda: (lambda c: c if c.get("status") == "True" else None)(k8s.condition(ns, "orders", "ReferenceMissing")),
+        30,
+        "the missing Secret reported",
+    )
     assert cond["reason"] == "SecretNotFound" and "orders-admin" in cond["message"]
     assert k8s.condition(ns, "orders", "Ready")["reason"] == "SecretNotFound"
     event = k8s.wait(lambda: k8s.events(ns, "SecretNotFound", "orders"), 30, "the SecretNotFound Event")[0]
     assert event["type"] == "Warning"
     k8s.kubectl("create", "secret", "generic", "orders-admin", "-n", ns, "--from-literal=token=prod-t0ken")
     k8s.wait(lambda: k8s.condition(ns, "orders", "ReferenceMissing").get("status") == "False", 60, "the Secret found")
-    pending = k8s.wait(lambda: (lambda c: c if "fast-ssd" in c.get("message", "") and "Unschedulable" in c["message"] else None)(
-        k8s.condition(ns, "orders", "PodsPending")), 90, "the unschedulable pods reported with their reasons")
+    pending = k8s.wait(
+        lambda: (lambda c: c if "fast-ssd" in c.get("message", "") and "Unschedulable" in c["message"] else None)(
+            k8s.condition(ns, "orders", "PodsPending")
+        ),
+        90,
+        "the unschedulable pods reported with their reasons",
+    )
     assert pending["status"] == "True" and "orders-0: Unschedulable" in pending["message"], pending
     assert k8s.events(ns, "PodsNotRunning", "orders")
     k8s.kubectl("delete", "-n", ns, "-f", sample, "--wait=true")

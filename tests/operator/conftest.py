@@ -7,21 +7,21 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
-import pytest
 import pytest_asyncio
 
 os.environ.setdefault("MSGSTORE_OPERATOR_INTERVAL", "1")  # before the handlers are imported
 
-import kmock  # noqa: E402
-import kopf  # noqa: E402
+import kmock
+import kopf
 
-from msgstore_operator import handlers  # noqa: E402,F401  (registers the handlers)
-from msgstore_operator import kube as kubemod  # noqa: E402
-from tests.operator.harness import Cluster  # noqa: E402
-from tests.support.servers import free_port  # noqa: E402
+from msgstore_operator import handlers  # noqa: F401  (registers the handlers)
+from msgstore_operator import kube as kubemod
+from tests.operator.harness import Cluster
+from tests.support.servers import free_port
 
 NS = "stores"
 CR = "msgstore.io/v1alpha1/messagestores"
@@ -80,7 +80,7 @@ class Env:
     def objects(self, resource: str) -> dict[str, dict[str, Any]]:
         """Live objects of a resource ('group/version/plural' or 'version/plural') in the namespace."""
         parts = resource.split("/")
-        group, version, plural = (["", *parts] if len(parts) == 2 else parts)
+        group, version, plural = ["", *parts] if len(parts) == 2 else parts
         out = {}
         for (res, ns, name), obj in list(self.api.objects.items()):
             if (res.group, res.version, res.plural) == (group, version, plural) and ns == NS and not obj.deleted:
@@ -95,9 +95,12 @@ class Env:
 
     async def create(self, name: str = "orders", **spec: Any) -> None:
         self.generation = 1
-        body = {"apiVersion": "msgstore.io/v1alpha1", "kind": "MessageStore",
-                "metadata": {"name": name, "namespace": NS, "generation": 1},
-                "spec": {"port": self.port, **spec}}
+        body = {
+            "apiVersion": "msgstore.io/v1alpha1",
+            "kind": "MessageStore",
+            "metadata": {"name": name, "namespace": NS, "generation": 1},
+            "spec": {"port": self.port, **spec},
+        }
         async with self.http.post(f"{self.url}/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestores", json=body) as r:
             r.raise_for_status()
 
@@ -110,15 +113,22 @@ class Env:
             body["metadata"]["generation"] = self.generation
         if annotations is not None:
             body["metadata"]["annotations"] = annotations
-        async with self.http.patch(f"{self.url}/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestores/{name}", json=body,
-                                   headers={"Content-Type": "application/merge-patch+json"}) as r:
+        async with self.http.patch(
+            f"{self.url}/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestores/{name}",
+            json=body,
+            headers={"Content-Type": "application/merge-patch+json"},
+        ) as r:
             r.raise_for_status()
 
     async def put_secret(self, name: str, data: dict[str, str]) -> None:
         import base64
 
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
-                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": NS},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        }
         async with self.http.post(f"{self.url}/api/v1/namespaces/{NS}/secrets", json=body) as r:
             r.raise_for_status()
 
@@ -153,8 +163,13 @@ async def env(kmock, tmp_path):
     stop = threading.Event()
     # Kopf cancels every task created after it started when it stops (pytest-asyncio's own
     # finalizer included), so it gets its own thread and event loop, as in kopf.testing.
-    thread = threading.Thread(name="kopf", daemon=True, target=lambda: asyncio.run(kopf.operator(
-        registry=kopf.get_default_registry(), memo=memo, standalone=True, namespaces=[NS], stop_flag=stop)))
+    thread = threading.Thread(
+        name="kopf",
+        daemon=True,
+        target=lambda: asyncio.run(
+            kopf.operator(registry=kopf.get_default_registry(), memo=memo, standalone=True, namespaces=[NS], stop_flag=stop)
+        ),
+    )
     thread.start()
     async with aiohttp.ClientSession() as http, Cluster(_login["url"], str(tmp_path), NS) as cluster:
         yield Env(kmock, cluster, http, free_port())

@@ -61,20 +61,20 @@ class Cluster:
     # ------------------------------------------------------------------ API
 
     async def _req(self, method: str, path: str, body: Any = None) -> Any:
-        async with self._http.request(method, self.api + path, json=body,
-                                      headers={"Content-Type": "application/merge-patch+json"} if method == "PATCH" else None) as r:
+        async with self._http.request(
+            method, self.api + path, json=body, headers={"Content-Type": "application/merge-patch+json"} if method == "PATCH" else None
+        ) as r:
             if r.status == 404:
                 return None
             r.raise_for_status()
             return await r.json()
 
     def _ns(self, plural: str, group: str = "") -> str:
-        return (f"/apis/{group}/namespaces/{self.namespace}/{plural}" if group
-                else f"/api/v1/namespaces/{self.namespace}/{plural}")
+        return f"/apis/{group}/namespaces/{self.namespace}/{plural}" if group else f"/api/v1/namespaces/{self.namespace}/{plural}"
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> "Cluster":
+    async def __aenter__(self) -> Cluster:
         self._http = aiohttp.ClientSession()
         self._task = asyncio.create_task(self._loop())
         return self
@@ -123,15 +123,25 @@ class Cluster:
             if pod_name in pods or pod_name in self.containers:
                 continue  # a deleted pod is recreated once its container has stopped
             meta = template.get("metadata", {})
-            await self._req("POST", self._ns("pods"), {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": self.namespace,
-                             "labels": {**meta.get("labels", {}), "statefulset.kubernetes.io/pod-name": pod_name},
-                             "annotations": dict(meta.get("annotations", {})),
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
-                                                  "uid": "sts", "controller": True}]},
-                "spec": {**template["spec"], "hostname": pod_name, "subdomain": sts["spec"]["serviceName"]},
-                "status": {"phase": "Pending"}})
+            await self._req(
+                "POST",
+                self._ns("pods"),
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": self.namespace,
+                        "labels": {**meta.get("labels", {}), "statefulset.kubernetes.io/pod-name": pod_name},
+                        "annotations": dict(meta.get("annotations", {})),
+                        "ownerReferences": [
+                            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": "sts", "controller": True}
+                        ],
+                    },
+                    "spec": {**template["spec"], "hostname": pod_name, "subdomain": sts["spec"]["serviceName"]},
+                    "status": {"phase": "Pending"},
+                },
+            )
         for pod_name, pod in pods.items():
             owners = pod["metadata"].get("ownerReferences") or [{}]
             if owners[0].get("name") == name and int(pod_name.rsplit("-", 1)[1]) >= replicas:
@@ -144,9 +154,18 @@ class Cluster:
         c = self.containers.get(name)
         if c is None:
             c = await self._start(pod)
-            await self._req("PATCH", self._ns("pods") + "/" + name, {"status": {
-                "phase": "Running", "podIP": c.ip, "podIPs": [{"ip": c.ip}],
-                "conditions": [{"type": "Ready", "status": "False"}]}})
+            await self._req(
+                "PATCH",
+                self._ns("pods") + "/" + name,
+                {
+                    "status": {
+                        "phase": "Running",
+                        "podIP": c.ip,
+                        "podIPs": [{"ip": c.ip}],
+                        "conditions": [{"type": "Ready", "status": "False"}],
+                    }
+                },
+            )
             return
         if not c.process.running:  # the container died: restart it (restartPolicy: Always)
             self.history.append(("crashed", name))
@@ -155,9 +174,16 @@ class Cluster:
         ready = await asyncio.to_thread(c.process.ready)
         was = next((x.get("status") for x in (pod.get("status") or {}).get("conditions") or [] if x.get("type") == "Ready"), None)
         if (was == "True") != ready:
-            await self._req("PATCH", self._ns("pods") + "/" + name, {"status": {
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                "containerStatuses": [{"name": "msgstore", "ready": ready, "restartCount": c.restarts}]}})
+            await self._req(
+                "PATCH",
+                self._ns("pods") + "/" + name,
+                {
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                        "containerStatuses": [{"name": "msgstore", "ready": ready, "restartCount": c.restarts}],
+                    }
+                },
+            )
 
     def pod_ip(self, pod_name: str) -> str:
         return f"127.0.0.{10 + int(pod_name.rsplit('-', 1)[1])}"
@@ -181,8 +207,9 @@ class Cluster:
             return out + ["--grace", "2"]
 
         volumes = await self._volumes(name, spec, container)
-        process = ContainerProcess(pod, container, self.pod_ip(name), volumes,
-                                   os.path.join(self.base, "pods", name, "container.log"), rewrite=rewrite).start()
+        process = ContainerProcess(
+            pod, container, self.pod_ip(name), volumes, os.path.join(self.base, "pods", name, "container.log"), rewrite=rewrite
+        ).start()
         port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
         c = Container(name, process.ip, port, process)
         self.containers[name] = c

@@ -33,8 +33,13 @@ def client_for(env, pod: str) -> Client:
 async def test_create_renders_every_object_and_becomes_ready(env):
     await env.create(replicas=3, store=SMALL)
     await env.until(lambda: ready(env), what="Ready")
-    objs = {"sts": env.obj(STS, "orders"), "headless": env.obj(SVC, "orders-headless"), "svc": env.obj(SVC, "orders"),
-            "cm": env.obj(CM, "orders-config"), "pdb": env.obj(PDB, "orders")}
+    objs = {
+        "sts": env.obj(STS, "orders"),
+        "headless": env.obj(SVC, "orders-headless"),
+        "svc": env.obj(SVC, "orders"),
+        "cm": env.obj(CM, "orders-config"),
+        "pdb": env.obj(PDB, "orders"),
+    }
     assert all(objs.values()), objs
     for o in objs.values():
         kubernetes_validate.validate(o, "1.30.0", strict=True)
@@ -99,8 +104,10 @@ async def test_manual_delete_annotation(env):
 
     def done():
         st = env.store()
-        return "msgstore.io/manual-delete" not in (st["metadata"].get("annotations") or {}) and \
-            (st.get("status") or {}).get("lastManualDelete", {}).get("nonce") == "n1"
+        return (
+            "msgstore.io/manual-delete" not in (st["metadata"].get("annotations") or {})
+            and (st.get("status") or {}).get("lastManualDelete", {}).get("nonce") == "n1"
+        )
 
     await env.until(done, what="the manual delete to finish")
     results = env.store()["status"]["lastManualDelete"]["results"]
@@ -119,8 +126,7 @@ async def test_image_change_rolls_one_pod_at_a_time_without_losing_messages(env)
     for pod in ("orders-0", "orders-1", "orders-2"):
         c = client_for(env, pod)
         q = next(x for x in c.route("rolled").queues if x.node == pod and x.queue_id == 0)
-        for r, i in zip(c.send_batch("rolled", [OutMessage(b"%s-%d" % (pod.encode(), i)) for i in range(50)], queue=q),
-                        range(50)):
+        for r, i in zip(c.send_batch("rolled", [OutMessage(b"%s-%d" % (pod.encode(), i)) for i in range(50)], queue=q), range(50)):
             assert r.ok
             acked[(pod, r.queue_offset)] = b"%s-%d" % (pod.encode(), i)
     env.cluster.history.clear()
@@ -131,8 +137,14 @@ async def test_image_change_rolls_one_pod_at_a_time_without_losing_messages(env)
     assert stops == ["orders-2", "orders-1", "orders-0"]  # highest ordinal first, each once
     # one at a time: a pod is started again before the next one is stopped
     order = [(e, p) for e, p in env.cluster.history if e in ("stopped", "started")]
-    assert order == [("stopped", "orders-2"), ("started", "orders-2"), ("stopped", "orders-1"), ("started", "orders-1"),
-                     ("stopped", "orders-0"), ("started", "orders-0")]
+    assert order == [
+        ("stopped", "orders-2"),
+        ("started", "orders-2"),
+        ("stopped", "orders-1"),
+        ("started", "orders-1"),
+        ("stopped", "orders-0"),
+        ("started", "orders-0"),
+    ]
     st = env.store()["status"]
     assert all(p["recoveryMode"] == "normal" and p["upToDate"] for p in st["pods"])
     assert st["lastRoll"]["state"] == "done" and st["lastRoll"]["restarted"] == ["orders-2", "orders-1", "orders-0"]
@@ -161,8 +173,9 @@ async def test_sigkill_is_reported_as_abnormal_recovery(env):
     await env.until(lambda: env.events("AbnormalRecovery"), what="an AbnormalRecovery event")
     event = env.events("AbnormalRecovery")[0]
     assert event["type"] == "Warning" and "orders-1" in event["message"]
-    await env.until(lambda: any(p["name"] == "orders-1" and p.get("recoveryMode") == "abnormal" for p in pods(env)),
-                    what="abnormal recovery in status")
+    await env.until(
+        lambda: any(p["name"] == "orders-1" and p.get("recoveryMode") == "abnormal" for p in pods(env)), what="abnormal recovery in status"
+    )
     await env.until(lambda: ready(env), what="Ready after the crash")
     assert len(env.events("AbnormalRecovery")) == 1  # reported once
 
@@ -175,8 +188,7 @@ async def test_invalid_store_settings_set_a_condition_and_touch_nothing(env):
     assert env.obj(STS, "orders") is None
     await env.until(lambda: env.events("ConfigInvalid"), what="the ConfigInvalid event")
     await env.patch(spec={"store": {**SMALL, "diskSpaceWarningLevelRatio": None, "extra": {"noSuchKey": "1"}}})
-    await env.until(lambda: "spec.store.extra.noSuchKey" in env.condition("ConfigInvalid").get("message", ""),
-                    what="the unknown key named")
+    await env.until(lambda: "spec.store.extra.noSuchKey" in env.condition("ConfigInvalid").get("message", ""), what="the unknown key named")
     await env.patch(spec={"store": {**SMALL, "extra": {"noSuchKey": None, **SMALL["extra"]}}})
     await env.until(lambda: ready(env), what="Ready once valid")
 
@@ -199,8 +211,10 @@ async def test_scale_up_then_scale_down_blocked_until_consumed(env):
     await env.patch(spec={"replicas": 2})
     await env.until(lambda: ready(env) and env.store()["status"]["readyReplicas"] == 2, what="two ready nodes")
     c = client_for(env, "orders-1")
-    await env.until(lambda: len(Client(env.cluster.containers["orders-0"].address).route("t", refresh=True).nodes) == 2,
-                    what="the new node in the route")
+    await env.until(
+        lambda: len(Client(env.cluster.containers["orders-0"].address).route("t", refresh=True).nodes) == 2,
+        what="the new node in the route",
+    )
     q = next(x for x in c.route("work").queues if x.node == "orders-1" and x.queue_id == 0)
     c.send_batch("work", [OutMessage(b"job-%d" % i) for i in range(5)], queue=q)
     c.pull("work", q, 4, timeout_ms=3000)

@@ -13,8 +13,9 @@ def spark():
     os.environ["TZ"] = "UTC"
     from msgstore.pipeline.session import spark_session
 
-    session = spark_session("local[2]", app="msgstore-tests", test_jvm=True,
-                            extra={"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "1g"})
+    session = spark_session(
+        "local[2]", app="msgstore-tests", test_jvm=True, extra={"spark.ui.showConsoleProgress": "false", "spark.driver.memory": "1g"}
+    )
     yield session
     session.stop()
 
@@ -25,11 +26,12 @@ def fill(client: Client, topic: str, count: int, queues: int = 4, start: int = 0
     per_queue: dict[int, list[OutMessage]] = {}
     for i in range(start, start + count):
         per_queue.setdefault(i % queues, []).append(
-            OutMessage(b"body-%06d-" % i + b"x" * (i % 50), key=f"key-{i}", tags=f"tag{i % 3}", properties={"n": str(i)}))
+            OutMessage(b"body-%06d-" % i + b"x" * (i % 50), key=f"key-{i}", tags=f"tag{i % 3}", properties={"n": str(i)})
+        )
     for qid, msgs in per_queue.items():
         q = next(x for x in route.queues if x.queue_id == qid)
         for k in range(0, len(msgs), chunk):
-            assert all(r.ok for r in client.send_batch(topic, msgs[k:k + chunk], queue=q))
+            assert all(r.ok for r in client.send_batch(topic, msgs[k : k + chunk], queue=q))
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def test_archive_twice_writes_no_duplicates(spark, store_node, tmp_path):
     assert first.rows == 1500
     parquet = spark.read.parquet(out)
     assert parquet.count() == 1500
-    today = datetime.datetime.now(datetime.timezone.utc).date()
+    today = datetime.datetime.now(datetime.UTC).date()
     assert {r.date for r in parquet.select("date").distinct().collect()} <= {today, today - datetime.timedelta(days=1)}
     for topic in ("orders", "payments"):  # partitioned by topic, then date
         assert all(d.startswith("date=") for d in os.listdir(os.path.join(out, f"topic={topic}")))
@@ -102,8 +102,13 @@ def test_verify_finds_a_corrupted_unit_and_a_deleted_index_file(spark, stopped_s
 def test_verify_command_exit_code(stopped_store):
     shutil.rmtree(os.path.join(stopped_store, "index"))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"), TZ="UTC")
-    proc = subprocess.run([sys.executable, "-m", "msgstore.cli", "--json", "pipeline", "verify", stopped_store,
-                           "--master", "local[1]"], capture_output=True, env=env, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "msgstore.cli", "--json", "pipeline", "verify", stopped_store, "--master", "local[1]"],
+        capture_output=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 1, proc.stderr.decode()[-2000:]
     import json
 

@@ -4,13 +4,12 @@ import json
 import os
 import time
 
-import pyarrow as pa
 import pytest
 
 from msgstore.client import Client
 from msgstore.pipeline.schema import ARROW
 from tests.pipeline.conftest import fill
-from tests.support.servers import ServerProcess, wait_until
+from tests.support.servers import ServerProcess
 
 
 def live(spark, node, **options):
@@ -56,8 +55,7 @@ def test_offset_bounds(spark, store_node):
     end = json.dumps({"orders": {"0": 20}})
     df = live(spark, node, topics="orders", startingOffsets=start, endingOffsets=end)
     got = {(r.queue_id, r.queue_offset) for r in df.select("queue_id", "queue_offset").collect()}
-    expected = {(0, o) for o in range(10, 20)} | {(1, o) for o in range(290, 300)} | \
-        {(q, o) for q in (2, 3) for o in range(300)}
+    expected = {(0, o) for o in range(10, 20)} | {(1, o) for o in range(290, 300)} | {(q, o) for q in (2, 3) for o in range(300)}
     assert got == expected
     off = offline(spark, node.data_dir, topics="orders", startingOffsets=start, endingOffsets=end)
     assert {(r.queue_id, r.queue_offset) for r in off.select("queue_id", "queue_offset").collect()} == expected
@@ -118,10 +116,19 @@ def test_streaming_available_now_over_two_batches(spark, store_node, tmp_path):
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
 
     def run() -> None:
-        q = (spark.readStream.format("msgstore").option("endpoints", node.address).option("topics", "stream")
-             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load()
-             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
-             .trigger(availableNow=True).start())
+        q = (
+            spark.readStream.format("msgstore")
+            .option("endpoints", node.address)
+            .option("topics", "stream")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "100")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(120)
         assert q.exception() is None
         return q
@@ -140,8 +147,11 @@ def test_streaming_available_now_over_two_batches(spark, store_node, tmp_path):
 
 def test_bad_options_are_named(spark, store_node):
     node, _ = store_node
-    for options, name in (({"topics": ""}, "topics"), ({"topics": "orders", "maxMessagesPerPartition": "0"}, "maxMessagesPerPartition"),
-                          ({"topics": "orders", "failOnDataLoss": "maybe"}, "failOnDataLoss")):
+    for options, name in (
+        ({"topics": ""}, "topics"),
+        ({"topics": "orders", "maxMessagesPerPartition": "0"}, "maxMessagesPerPartition"),
+        ({"topics": "orders", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ):
         with pytest.raises(Exception) as e:
             live(spark, node, **options).count()
         assert f"'{name}'" in str(e.value)

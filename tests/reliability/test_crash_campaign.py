@@ -33,8 +33,14 @@ class Driver:
 
     def __init__(self, address: str, seed: int, seconds: float, rate: float = 3000):
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server") + os.pathsep + ROOT)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.driver", address, TOPIC, str(seed), str(seconds), str(rate)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.reliability.driver", address, TOPIC, str(seed), str(seconds), str(rate)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+            text=True,
+        )
         self.acked: dict[int, tuple[int, int]] = {}  # message id -> (queue, offset)
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -104,8 +110,9 @@ def status(address: str) -> apb.StoreStatus:
 
 def campaign(tmp_path, flush: str, seed: int) -> Tally:
     rnd = random.Random(seed)
-    server = ServerProcess(str(tmp_path / "data"), settings=[f"flushDiskType={flush}", "mappedFileSizeCommitLog=65536",
-                                                             "mappedFileSizeConsumeQueue=2000"]).start()
+    server = ServerProcess(
+        str(tmp_path / "data"), settings=[f"flushDiskType={flush}", "mappedFileSizeCommitLog=65536", "mappedFileSizeConsumeQueue=2000"]
+    ).start()
     driver = Driver(server.address, seed, seconds=600)
     tally = Tally()
     try:
@@ -113,7 +120,7 @@ def campaign(tmp_path, flush: str, seed: int) -> Tally:
             stub = pbg.MessageStoreStub(ch)
             for _ in range(KILLS):
                 before = driver.count()
-                wait_until(lambda: driver.count() > before, timeout=30, what="the driver to get acknowledgements")
+                wait_until(lambda before=before: driver.count() > before, timeout=30, what="the driver to get acknowledgements")
                 time.sleep(rnd.uniform(0.0, 0.3))  # a random moment under load (the killer's aim)
                 server.kill()
                 tally.kills += 1
@@ -141,8 +148,10 @@ def campaign(tmp_path, flush: str, seed: int) -> Tally:
 @pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
 def test_crash_campaign(tmp_path, flush):
     tally = campaign(tmp_path, flush, seed=7 if flush == "SYNC_FLUSH" else 11)
-    print(f"\n{flush}: {tally.kills} kills, {tally.acked} acknowledged, {tally.lost} lost, "
-          f"{tally.unacked_stored} stored without acknowledgement")
+    print(
+        f"\n{flush}: {tally.kills} kills, {tally.acked} acknowledged, {tally.lost} lost, "
+        f"{tally.unacked_stored} stored without acknowledgement"
+    )
     assert tally.kills == KILLS and set(tally.recoveries) == {"abnormal"}
     assert tally.acked > KILLS  # the driver really wrote between kills
     # a SIGKILL leaves written pages in the page cache: even ASYNC_FLUSH loses nothing here

@@ -121,11 +121,24 @@ def ballast(disk: str, leave: int) -> str:
 
 @pytest.mark.slow
 def test_over_the_warning_ratio_writes_stop_reads_go_on_and_cleanup_lets_them_resume(tmpfs):
-    server = ServerProcess(os.path.join(tmpfs, "data"), settings=[
-        f"mappedFileSizeCommitLog={2 * MiB}", "mappedFileSizeConsumeQueue=40000", "maxHashSlotNum=1024", "maxIndexNum=4096",
-        "diskMaxUsedSpaceRatio=50", "diskSpaceCleanForciblyRatio=60", "diskSpaceWarningLevelRatio=75",
-        "cleanFileForciblyEnable=false", "fileReservedTime=72", "cleanResourceInterval=100",
-        "cleanResourceInitialDelay=0", "diskMonitorInterval=50", "deleteCommitLogFilesInterval=0"]).start()
+    server = ServerProcess(
+        os.path.join(tmpfs, "data"),
+        settings=[
+            f"mappedFileSizeCommitLog={2 * MiB}",
+            "mappedFileSizeConsumeQueue=40000",
+            "maxHashSlotNum=1024",
+            "maxIndexNum=4096",
+            "diskMaxUsedSpaceRatio=50",
+            "diskSpaceCleanForciblyRatio=60",
+            "diskSpaceWarningLevelRatio=75",
+            "cleanFileForciblyEnable=false",
+            "fileReservedTime=72",
+            "cleanResourceInterval=100",
+            "cleanResourceInitialDelay=0",
+            "diskMonitorInterval=50",
+            "deleteCommitLogFilesInterval=0",
+        ],
+    ).start()
     try:
         w = Writer(server.address)
         refused = w.until_refused(limit=1000)  # 64 MiB of 4 KiB messages is ~1000 requests
@@ -172,16 +185,24 @@ def test_over_the_warning_ratio_writes_stop_reads_go_on_and_cleanup_lets_them_re
 @pytest.mark.slow
 def test_enospc_creating_index_or_segment_fails_cleanly_and_the_store_stays_consistent(tmpfs):
     data = os.path.join(tmpfs, "data")
-    settings = [f"mappedFileSizeCommitLog={16 * MiB}", "mappedFileSizeConsumeQueue=40000",
-                "maxHashSlotNum=2000000", "maxIndexNum=500",  # each index file preallocates ~8 MB
-                "diskMaxUsedSpaceRatio=90", "diskSpaceCleanForciblyRatio=95", "diskSpaceWarningLevelRatio=95",
-                "cleanFileForciblyEnable=false", "diskMonitorInterval=50"]
+    settings = [
+        f"mappedFileSizeCommitLog={16 * MiB}",
+        "mappedFileSizeConsumeQueue=40000",
+        "maxHashSlotNum=2000000",
+        "maxIndexNum=500",  # each index file preallocates ~8 MB
+        "diskMaxUsedSpaceRatio=90",
+        "diskSpaceCleanForciblyRatio=95",
+        "diskSpaceWarningLevelRatio=95",
+        "cleanFileForciblyEnable=false",
+        "diskMonitorInterval=50",
+    ]
     server = ServerProcess(data, settings=settings).start()
     try:
         w = Writer(server.address)
         w.send()  # creates the first segment and (in the dispatcher, just after) the first index file
-        wait_until(lambda: w.stub.QueryByKey(pb.QueryByKeyRequest(topic=w.topic, key="k0"), timeout=10).messages,
-                   what="the first index file")
+        wait_until(
+            lambda: w.stub.QueryByKey(pb.QueryByKeyRequest(topic=w.topic, key="k0"), timeout=10).messages, what="the first index file"
+        )
         # 1. an index file cannot be created: writes are refused until space returns
         weight = ballast(tmpfs, leave=5 * MiB)  # under the 95 % warning ratio
         refused = w.until_refused(limit=200)

@@ -15,29 +15,55 @@ from contextlib import contextmanager
 import grpc
 import pytest
 from google.protobuf.descriptor import FieldDescriptor as F
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from msgstore.store import GetStatus, Message, MessageStore, offline
 from msgstore.store.config import ConfigError
 from msgstore.store.segment_queue import SegmentSizeError
-from msgstore.v1 import admin_pb2, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from msgstore.v1 import admin_pb2
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.reliability.conftest import SOAK, scale
 from tests.support.servers import ServerProcess
 
 EXAMPLES = scale(40, 400)
 # CI replays the same examples every run (a landing must not depend on luck); `make soak` explores.
 FIELD = re.compile(r"^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*(\[[^\]]*\])?: \S")
-ANSWERS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-           grpc.StatusCode.OUT_OF_RANGE}
-SERVICES = [(pb.DESCRIPTOR.services_by_name["MessageStore"], "msgstore.v1.MessageStore"),
-            (admin_pb2.DESCRIPTOR.services_by_name["Admin"], "msgstore.v1.Admin")]
+ANSWERS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE}
+SERVICES = [
+    (pb.DESCRIPTOR.services_by_name["MessageStore"], "msgstore.v1.MessageStore"),
+    (admin_pb2.DESCRIPTOR.services_by_name["Admin"], "msgstore.v1.Admin"),
+]
 METHODS = [(f"/{full}/{m.name}", m) for svc, full in SERVICES for m in svc.methods]
 
 # values that have broken parsers before: edges of every integer width, path tricks, odd text
 INTS = st.one_of(st.integers(-3, 300), st.sampled_from([-1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 2**32, 60_001]))
-TEXT = st.one_of(st.sampled_from(["", "keep", "t", "..", "../x", "a/b", "%", "*", "x" * 300, "TagA || TagB", "ünï", "a\x00b",
-                                  "fileReservedTime", "deleteWhen", "SYNC_FLUSH", "0", "-5", "true"]),
-                 st.text(max_size=40))
+TEXT = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "keep",
+            "t",
+            "..",
+            "../x",
+            "a/b",
+            "%",
+            "*",
+            "x" * 300,
+            "TagA || TagB",
+            "ünï",
+            "a\x00b",
+            "fileReservedTime",
+            "deleteWhen",
+            "SYNC_FLUSH",
+            "0",
+            "-5",
+            "true",
+        ]
+    ),
+    st.text(max_size=40),
+)
 
 
 def message_strategy(desc, depth: int = 0):
@@ -118,14 +144,12 @@ def intact(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize("path, method", METHODS, ids=[p.rsplit("/", 1)[1] for p, _ in METHODS])
 def test_every_rpc_with_generated_fields(node, path, method):
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None,
-          derandomize=not SOAK)
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=not SOAK)
     @given(message_strategy(method.input_type))
     def run(request):
         with node.channel() as ch:
             if method.server_streaming:
-                call = ch.unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
-                                       response_deserializer=lambda b: b)
+                call = ch.unary_stream(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b)
                 stream = call(request, timeout=1)  # a valid subscription waits for messages
                 try:
                     next(stream, None)
@@ -151,14 +175,15 @@ def test_every_rpc_with_generated_fields(node, path, method):
     intact(node)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None,
-          derandomize=not SOAK)
-@given(st.one_of(
-    st.binary(max_size=2000),
-    st.binary(max_size=500).map(lambda b: b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b),  # HTTP/2 preface, then junk frames
-    st.binary(max_size=200).map(lambda b: b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b),
-    st.binary(max_size=200).map(lambda b: b"\x16\x03\x01\x02\x00\x01" + b),  # a TLS ClientHello start
-))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=not SOAK)
+@given(
+    st.one_of(
+        st.binary(max_size=2000),
+        st.binary(max_size=500).map(lambda b: b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b),  # HTTP/2 preface, then junk frames
+        st.binary(max_size=200).map(lambda b: b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b),
+        st.binary(max_size=200).map(lambda b: b"\x16\x03\x01\x02\x00\x01" + b),  # a TLS ClientHello start
+    )
+)
 def test_raw_bytes_on_the_port(node, data):
     with socket.create_connection(("127.0.0.1", node.port), timeout=5) as s:
         try:
@@ -172,8 +197,13 @@ def test_raw_bytes_on_the_port(node, data):
 
 # ---------------------------------------------------------------------- offline
 
-STORE_SETTINGS = {"mappedFileSizeCommitLog": 16384, "mappedFileSizeConsumeQueue": 20 * 64, "maxHashSlotNum": 64,
-                  "maxIndexNum": 256, "cleanResourceInitialDelay": 3_600_000}
+STORE_SETTINGS = {
+    "mappedFileSizeCommitLog": 16384,
+    "mappedFileSizeConsumeQueue": 20 * 64,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 256,
+    "cleanResourceInitialDelay": 3_600_000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +214,9 @@ def pristine(tmp_path_factory):
     rnd = random.Random(5)
     for i in range(600):
         q = rnd.randrange(3)
-        assert store.put_messages("fz", q, [Message("fz", b"body-%d-" % i * rnd.randint(1, 6), queue_id=q,
-                                                     properties={"KEYS": f"k{i}", "TAGS": "t"})]).ok
+        assert store.put_messages(
+            "fz", q, [Message("fz", b"body-%d-" % i * rnd.randint(1, 6), queue_id=q, properties={"KEYS": f"k{i}", "TAGS": "t"})]
+        ).ok
     assert store.wait_dispatched(10)
     store.shutdown()
     with open(os.path.join(root, "abort"), "w"):
@@ -196,8 +227,10 @@ def pristine(tmp_path_factory):
 @contextmanager
 def no_loops(seconds: int):
     """Fail (instead of hanging) when fsck or recovery runs away."""
+
     def expired(*_):
         raise TimeoutError(f"did not finish within {seconds}s")
+
     old = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
     try:
@@ -214,8 +247,7 @@ def files_of(root: str) -> list[str]:
     return sorted(out)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None,
-          derandomize=not SOAK)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=not SOAK)
 @given(data=st.data())
 def test_fsck_and_recovery_survive_damaged_files(pristine, tmp_path_factory, data):
     root = str(tmp_path_factory.mktemp("damaged") / "store")

@@ -19,9 +19,15 @@ from tests.reliability.driver import body
 
 TOPIC = "power"
 QUEUES = 4
-SETTINGS = {"mappedFileSizeCommitLog": 128 * 1024, "mappedFileSizeConsumeQueue": 20 * 500, "maxHashSlotNum": 1024,
-            "maxIndexNum": 4096, "flushIntervalCommitLog": 20, "flushIntervalConsumeQueue": 20,
-            "cleanResourceInitialDelay": 3_600_000}
+SETTINGS = {
+    "mappedFileSizeCommitLog": 128 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 500,
+    "maxHashSlotNum": 1024,
+    "maxIndexNum": 4096,
+    "flushIntervalCommitLog": 20,
+    "flushIntervalConsumeQueue": 20,
+    "cleanResourceInitialDelay": 3_600_000,
+}
 SNAPSHOTS = scale(8, 60)
 
 

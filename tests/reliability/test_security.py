@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 from msgstore.store import Message, MessageStore, PutStatus
-from msgstore.v1 import admin_pb2, msgstore_pb2 as pb, msgstore_pb2_grpc as pbg
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.reliability.test_fuzz import METHODS
 from tests.support.servers import ServerProcess
 
@@ -24,8 +25,9 @@ def guarded(tmp_path_factory):
     base = tmp_path_factory.mktemp("guarded")
     (base / "admin").write_text(TOKEN + "\n")
     (base / "data").write_text(DATA_TOKEN + "\n")
-    server = ServerProcess(str(base / "store"), args=["--admin-token-file", str(base / "admin"),
-                                                       "--token-file", str(base / "data")]).start()
+    server = ServerProcess(
+        str(base / "store"), args=["--admin-token-file", str(base / "admin"), "--token-file", str(base / "data")]
+    ).start()
     yield server
     server.kill()
 
@@ -35,15 +37,17 @@ def _call(server, path: str, method, token: str | None):
     metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
     with server.channel() as ch:
         if method.server_streaming:
-            stream = ch.unary_stream(path, request_serializer=lambda m: m.SerializeToString(),
-                                     response_deserializer=lambda b: b)(req, timeout=2, metadata=metadata)
+            stream = ch.unary_stream(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b)(
+                req, timeout=2, metadata=metadata
+            )
             try:
                 next(stream, None)
             finally:
                 stream.cancel()
         else:
-            ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(),
-                           response_deserializer=lambda b: b)(req, timeout=5, metadata=metadata)
+            ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b)(
+                req, timeout=5, metadata=metadata
+            )
 
 
 @pytest.mark.parametrize("path, method", METHODS, ids=[p.rsplit("/", 1)[1] for p, _ in METHODS])
@@ -51,8 +55,12 @@ def test_every_rpc_checks_its_token(guarded, path, method):
     admin = "/msgstore.v1.Admin/" in path
     right = TOKEN if admin else DATA_TOKEN
     wrong_same_length = right[:-1] + ("x" if right[-1] != "x" else "y")
-    for token, code in ((None, grpc.StatusCode.UNAUTHENTICATED), (wrong_same_length, grpc.StatusCode.PERMISSION_DENIED),
-                        (right + "-longer", grpc.StatusCode.PERMISSION_DENIED), ("", grpc.StatusCode.PERMISSION_DENIED)):
+    for token, code in (
+        (None, grpc.StatusCode.UNAUTHENTICATED),
+        (wrong_same_length, grpc.StatusCode.PERMISSION_DENIED),
+        (right + "-longer", grpc.StatusCode.PERMISSION_DENIED),
+        ("", grpc.StatusCode.PERMISSION_DENIED),
+    ):
         with pytest.raises(grpc.RpcError) as e:
             _call(guarded, path, method, token)
         assert e.value.code() == code, (path, token, e.value.code(), e.value.details())
@@ -63,8 +71,11 @@ def test_every_rpc_checks_its_token(guarded, path, method):
     try:
         _call(guarded, path, method, right)
     except grpc.RpcError as e:  # let in: whatever it answers is about the (empty) request, not the caller
-        assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DEADLINE_EXCEEDED), \
-            (path, e.code(), e.details())
+        assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.DEADLINE_EXCEEDED), (
+            path,
+            e.code(),
+            e.details(),
+        )
 
 
 def _tree(path: str) -> set[str]:
@@ -81,14 +92,17 @@ def test_hostile_topic_names_never_reach_the_file_system(tmp_path):
         with server.channel() as ch:
             stub = pbg.MessageStoreStub(ch)
             for topic in HOSTILE:
-                for call, req in ((stub.Send, pb.SendRequest(entries=[pb.SendEntry(topic=topic, body=b"x")])),
-                                  (stub.CreateTopic, pb.CreateTopicRequest(topic=topic)),
-                                  (stub.Pull, pb.PullRequest(topic=topic)),
-                                  (stub.CommitOffset, pb.CommitOffsetRequest(group="g", topic=topic, queue_id=0, offset=1))):
+                for call, req in (
+                    (stub.Send, pb.SendRequest(entries=[pb.SendEntry(topic=topic, body=b"x")])),
+                    (stub.CreateTopic, pb.CreateTopicRequest(topic=topic)),
+                    (stub.Pull, pb.PullRequest(topic=topic)),
+                    (stub.CommitOffset, pb.CommitOffsetRequest(group="g", topic=topic, queue_id=0, offset=1)),
+                ):
                     with pytest.raises(grpc.RpcError) as e:
                         call(req, timeout=5)
                     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith(
-                        ("topic", "entries[0].topic")), (topic, e.value.details())
+                        ("topic", "entries[0].topic")
+                    ), (topic, e.value.details())
         after = _tree(str(tmp_path))
         assert not {p for p in after - before if not p.startswith("outside/store")}
     finally:

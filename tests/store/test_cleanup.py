@@ -1,9 +1,7 @@
-"""Cleanup (STORE_SPEC §9, §12.4, §12.5) with an injected clock and disk probe."""
+"""Cleanup (docs/store-format.md §9, §12.4, §12.5) with an injected clock and disk probe."""
 
 import os
 import time
-
-import pytest
 
 from msgstore.store import FixedDiskProbe, GetStatus, ManualClock, Message, PutStatus, Unavailable
 
@@ -11,14 +9,18 @@ HOUR = 3600
 
 
 def _scenario_store(make_store, *, hour_matches=True, usage=0.1, **extra):
-    """CL segments of 128 B holding one 120-byte message each (STORE_SPEC §13)."""
+    """CL segments of 128 B holding one 120-byte message each (docs/store-format.md §13)."""
     clock = ManualClock()
     now_hour = clock.local_hour()
     probe = FixedDiskProbe(usage)
     settings = dict(
-        mappedFileSizeCommitLog=128, fileReservedTime=1, deleteCommitLogFilesInterval=0,
+        mappedFileSizeCommitLog=128,
+        fileReservedTime=1,
+        deleteCommitLogFilesInterval=0,
         deleteWhen=f"{now_hour:02d}" if hour_matches else f"{(now_hour + 12) % 24:02d}",
-        mappedFileSizeConsumeQueue=20 * 8, maxHashSlotNum=16, maxIndexNum=20,
+        mappedFileSizeConsumeQueue=20 * 8,
+        maxHashSlotNum=16,
+        maxIndexNum=20,
     )
     settings.update(extra)
     s = make_store(clock=clock, disk_probe=probe, **settings)
@@ -156,9 +158,15 @@ def test_pull_skips_units_whose_data_is_gone(make_store):
 
 def test_message_was_removing_when_a_whole_pull_window_is_gone(make_store):
     clock = ManualClock()
-    s = make_store(clock=clock, disk_probe=FixedDiskProbe(0.86), mappedFileSizeCommitLog=128,
-                   deleteCommitLogFilesInterval=0, deleteFileBatchMax=1000, mappedFileSizeConsumeQueue=20 * 1000,
-                   deleteWhen=f"{(clock.local_hour() + 12) % 24:02d}")
+    s = make_store(
+        clock=clock,
+        disk_probe=FixedDiskProbe(0.86),
+        mappedFileSizeCommitLog=128,
+        deleteCommitLogFilesInterval=0,
+        deleteFileBatchMax=1000,
+        mappedFileSizeConsumeQueue=20 * 1000,
+        deleteWhen=f"{(clock.local_hour() + 12) % 24:02d}",
+    )
     for _ in range(820):
         assert s.put_message(Message("test", b"0123456789abcd", properties={"KEYS": "hello"})).ok
     assert s.wait_dispatched()

@@ -1,11 +1,12 @@
-"""Record format byte-compatibility (STORE_SPEC §2) and the hash functions."""
+"""Record format byte-compatibility (docs/store-format.md §2) and the hash functions."""
 
 import struct
 import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msgstore.record import codec
 from msgstore.record.codec import Message
@@ -34,8 +35,15 @@ def test_index_hash_maps_min_value_to_zero():
 
 def test_worked_example_is_158_bytes_with_fields_at_documented_offsets():
     keys = "1700000000000"
-    msg = Message("FooBar", b"Once, there was a chance for me!", queue_id=3, flag=7,
-                  properties={"TAGS": "TAG1", "KEYS": keys}, born_timestamp=1111, born_host=("10.0.0.1", 5555))
+    msg = Message(
+        "FooBar",
+        b"Once, there was a chance for me!",
+        queue_id=3,
+        flag=7,
+        properties={"TAGS": "TAG1", "KEYS": keys},
+        born_timestamp=1111,
+        born_host=("10.0.0.1", 5555),
+    )
     rec = codec.encode_message(msg, queue_offset=42, phy_offset=1580, store_ts=2222, store_host=("10.0.0.2", 10911))
     assert len(rec) == 158
     total, magic, crc, qid, flag, qoff, phy, sysflag, born_ts = struct.unpack_from(">iIiiiqqiq", rec, 0)
@@ -49,15 +57,20 @@ def test_worked_example_is_158_bytes_with_fields_at_documented_offsets():
     assert rec[120] == 6 and rec[121:127] == b"FooBar"
     plen = struct.unpack_from(">h", rec, 127)[0]
     assert plen == 29
-    assert codec.parse_properties(rec[129:129 + plen]) == {"TAGS": "TAG1", "KEYS": keys}
+    assert codec.parse_properties(rec[129 : 129 + plen]) == {"TAGS": "TAG1", "KEYS": keys}
     assert codec.check(rec, 0, len(rec), True) == (158, True)
 
 
 def test_ten_worked_examples_end_at_1580():
     phy = 0
     for i in range(10):
-        rec = codec.encode_message(Message("FooBar", b"Once, there was a chance for me!",
-                                           properties={"TAGS": "TAG1", "KEYS": str(1700000000000 + i)}), i, phy, 1, ("127.0.0.1", 1))
+        rec = codec.encode_message(
+            Message("FooBar", b"Once, there was a chance for me!", properties={"TAGS": "TAG1", "KEYS": str(1700000000000 + i)}),
+            i,
+            phy,
+            1,
+            ("127.0.0.1", 1),
+        )
         phy += len(rec)
     assert phy == 1580
 

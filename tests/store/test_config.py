@@ -1,4 +1,4 @@
-"""Configuration (STORE_SPEC §11, §12.3)."""
+"""Configuration (docs/store-format.md §11, §12.3)."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from msgstore.store.config import HOT_KEYS, KEYS, RESTART_KEYS, parse_assignment
 
 def test_reference_defaults():
     c = StoreConfig()
-    assert c.mappedFileSizeCommitLog == 1024 ** 3
+    assert c.mappedFileSizeCommitLog == 1024**3
     assert c.cq_file_size == 6_000_000
     assert (c.maxHashSlotNum, c.maxIndexNum) == (5_000_000, 20_000_000)
     assert (c.fileReservedTime, c.deleteWhen) == (72, "04")
@@ -26,34 +26,59 @@ def test_reference_defaults():
 
 
 def test_hot_and_restart_keys_follow_the_spec():
-    for k in ("fileReservedTime", "deleteWhen", "diskMaxUsedSpaceRatio", "diskSpaceCleanForciblyRatio",
-              "diskSpaceWarningLevelRatio", "cleanFileForciblyEnable", "deleteFileBatchMax", "deleteCommitLogFilesInterval",
-              "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly", "redeleteHangedFileInterval",
-              "flushIntervalCommitLog", "flushCommitLogLeastPages", "flushCommitLogThoroughInterval", "syncFlushTimeout",
-              "maxMessageSize", "messageIndexEnable"):
+    for k in (
+        "fileReservedTime",
+        "deleteWhen",
+        "diskMaxUsedSpaceRatio",
+        "diskSpaceCleanForciblyRatio",
+        "diskSpaceWarningLevelRatio",
+        "cleanFileForciblyEnable",
+        "deleteFileBatchMax",
+        "deleteCommitLogFilesInterval",
+        "deleteConsumeQueueFilesInterval",
+        "destroyMapedFileIntervalForcibly",
+        "redeleteHangedFileInterval",
+        "flushIntervalCommitLog",
+        "flushCommitLogLeastPages",
+        "flushCommitLogThoroughInterval",
+        "syncFlushTimeout",
+        "maxMessageSize",
+        "messageIndexEnable",
+    ):
         assert k in HOT_KEYS, k
-    for k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum",
-              "cleanResourceInterval", "flushDiskType", "transientStorePoolEnable", "storePathCommitLog"):
+    for k in (
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "maxHashSlotNum",
+        "maxIndexNum",
+        "cleanResourceInterval",
+        "flushDiskType",
+        "transientStorePoolEnable",
+        "storePathCommitLog",
+    ):
         assert k in RESTART_KEYS, k
     assert set(KEYS) == HOT_KEYS | RESTART_KEYS
 
 
-@pytest.mark.parametrize("settings,key,words", [
-    ({"nope": 1}, "nope", "unknown"),
-    ({"diskMaxUsedSpaceRatio": 9}, "diskMaxUsedSpaceRatio", ">= 10"),
-    ({"diskSpaceWarningLevelRatio": 96}, "diskSpaceWarningLevelRatio", "<= 95"),
-    ({"diskSpaceWarningLevelRatio": 80}, "diskSpaceWarningLevelRatio", ">= diskSpaceCleanForciblyRatio"),
-    ({"diskMaxUsedSpaceRatio": 88}, "diskSpaceCleanForciblyRatio", ">= diskMaxUsedSpaceRatio"),
-    ({"deleteWhen": "24"}, "deleteWhen", "hours 00-23"),
-    ({"deleteWhen": "004"}, "deleteWhen", "hours 00-23"),
-    ({"deleteWhen": ""}, "deleteWhen", "hours 00-23"),
-    ({"deleteWhen": "03;x"}, "deleteWhen", "hours 00-23"),
-    ({"mappedFileSizeCommitLog": 0}, "mappedFileSizeCommitLog", ">="),
-    ({"fileReservedTime": "soon"}, "fileReservedTime", "integer"),
-    ({"messageIndexEnable": "yes"}, "messageIndexEnable", "true or false"),
-    ({"flushDiskType": "SOMETIMES"}, "flushDiskType", "SYNC_FLUSH"),
-    ({"retentionGuardGroups": "ok;bad/group"}, "retentionGuardGroups", "illegal"),
-])
+@pytest.mark.parametrize(
+    "settings,key,words",
+    [
+        ({"nope": 1}, "nope", "unknown"),
+        ({"diskMaxUsedSpaceRatio": 9}, "diskMaxUsedSpaceRatio", ">= 10"),
+        ({"diskSpaceWarningLevelRatio": 96}, "diskSpaceWarningLevelRatio", "<= 95"),
+        ({"diskSpaceWarningLevelRatio": 80}, "diskSpaceWarningLevelRatio", ">= diskSpaceCleanForciblyRatio"),
+        ({"diskMaxUsedSpaceRatio": 88}, "diskSpaceCleanForciblyRatio", ">= diskMaxUsedSpaceRatio"),
+        ({"deleteWhen": "24"}, "deleteWhen", "hours 00-23"),
+        ({"deleteWhen": "004"}, "deleteWhen", "hours 00-23"),
+        ({"deleteWhen": ""}, "deleteWhen", "hours 00-23"),
+        ({"deleteWhen": "03;x"}, "deleteWhen", "hours 00-23"),
+        ({"mappedFileSizeCommitLog": 0}, "mappedFileSizeCommitLog", ">="),
+        ({"fileReservedTime": "soon"}, "fileReservedTime", "integer"),
+        ({"messageIndexEnable": "yes"}, "messageIndexEnable", "true or false"),
+        ({"flushDiskType": "SOMETIMES"}, "flushDiskType", "SYNC_FLUSH"),
+        ({"retentionGuardGroups": "ok;bad/group"}, "retentionGuardGroups", "illegal"),
+    ],
+)
 def test_validation_names_the_key(settings, key, words):
     with pytest.raises(ConfigError) as e:
         StoreConfig(settings)

@@ -1,4 +1,4 @@
-"""A writer process SIGKILLed mid-write, then recovered (STORE_SPEC §8)."""
+"""A writer process SIGKILLed mid-write, then recovered (docs/store-format.md §8)."""
 
 import json
 import os
@@ -20,8 +20,13 @@ from crash_child import SETTINGS, body  # noqa: E402
 
 def _run_and_kill(root: str, flush: str, seed: int, acks_before_kill: int) -> list[dict]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "crash_child.py"), root, flush, str(seed)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "crash_child.py"), root, flush, str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     acks = []
     deadline = time.monotonic() + 60
     try:

@@ -3,7 +3,8 @@
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msgstore.record import codec
 from msgstore.record.codec import Message
@@ -16,11 +17,18 @@ HOST6 = codec.host_bytes(("fe80::1", 10911))
 text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
 props = st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "Zz", "ü"]) | text.filter(bool), text, max_size=5)
 messages = st.builds(
-    Message, topic=st.just("Topic_1"), body=st.binary(max_size=300), queue_id=st.just(3),
-    flag=st.integers(-2**31, 2**31 - 1), properties=props, born_timestamp=st.integers(0, 2**45),
+    Message,
+    topic=st.just("Topic_1"),
+    body=st.binary(max_size=300),
+    queue_id=st.just(3),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    properties=props,
+    born_timestamp=st.integers(0, 2**45),
     born_host=st.sampled_from([("127.0.0.1", 5), ("::1", 6), ("192.168.0.9", 65535)]),
     sys_flag=st.sampled_from([0, 0, 0, codec.TRANSACTION_PREPARED, codec.TRANSACTION_COMMIT, codec.TRANSACTION_ROLLBACK, 0x1]),
-    reconsume_times=st.integers(0, 16), prepared_txn_offset=st.integers(0, 2**40))
+    reconsume_times=st.integers(0, 16),
+    prepared_txn_offset=st.integers(0, 2**40),
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -37,14 +45,17 @@ def test_prepare_and_finalize_match_the_reference(msgs, v6, qoff, phy, v2):
     assert bytes(nat.finalize(qoff, phy, 99)) == bytes(ref.finalize(qoff, phy, 99))
 
 
-@pytest.mark.parametrize("bad,status", [
-    (Message("Topic_1", b"x", queue_id=3, properties={"a": "x\x01"}), "MESSAGE_ILLEGAL"),
-    (Message("Topic_1", b"x", queue_id=3, properties={"": "x"}), "MESSAGE_ILLEGAL"),
-    (Message("Topic_1", b"x", queue_id=3, properties={"P": "v" * 40000}), "PROPERTIES_SIZE_EXCEEDED"),
-    (Message("Topic_1", b"x" * 11, queue_id=3), "MESSAGE_ILLEGAL"),
-    (Message("Other", b"x", queue_id=3), "MESSAGE_ILLEGAL"),
-    (Message("Topic_1", "text", queue_id=3), "MESSAGE_ILLEGAL"),
-])
+@pytest.mark.parametrize(
+    "bad,status",
+    [
+        (Message("Topic_1", b"x", queue_id=3, properties={"a": "x\x01"}), "MESSAGE_ILLEGAL"),
+        (Message("Topic_1", b"x", queue_id=3, properties={"": "x"}), "MESSAGE_ILLEGAL"),
+        (Message("Topic_1", b"x", queue_id=3, properties={"P": "v" * 40000}), "PROPERTIES_SIZE_EXCEEDED"),
+        (Message("Topic_1", b"x" * 11, queue_id=3), "MESSAGE_ILLEGAL"),
+        (Message("Other", b"x", queue_id=3), "MESSAGE_ILLEGAL"),
+        (Message("Topic_1", "text", queue_id=3), "MESSAGE_ILLEGAL"),
+    ],
+)
 def test_both_refuse_the_same_messages(bad, status):
     good = Message("Topic_1", b"ok", queue_id=3)
     with pytest.raises(codec.BatchError) as ref:
@@ -60,7 +71,7 @@ def test_scan_matches_the_reference_on_damaged_streams(msgs, cut, garbage, crc):
     batch = codec.PreparedBatch("Topic_1", 3, msgs, HOST, 1, False)
     data = bytearray(batch.finalize(0, 5000, 77))
     cut = min(cut, len(data))
-    damaged = bytes(data[:len(data) - cut]) + garbage + bytes(64)
+    damaged = bytes(data[: len(data) - cut]) + garbage + bytes(64)
     if random.Random(cut).random() < 0.3 and len(damaged) > 100:
         damaged = damaged[:90] + bytes([damaged[90] ^ 0xFF]) + damaged[91:]
     saved = codec._native

@@ -1,4 +1,4 @@
-"""Recovery (STORE_SPEC §8) and the §12.1 / §12.2 / §12.7 features."""
+"""Recovery (docs/store-format.md §8) and the §12.1 / §12.2 / §12.7 features."""
 
 import os
 import random
@@ -8,7 +8,6 @@ import zlib
 
 import pytest
 
-from msgstore.record import codec
 from msgstore.store import GetStatus, Message
 
 
@@ -209,7 +208,7 @@ def test_torn_tails(make_store, tmp_path, seed):
     s = make_store(root, mappedFileSizeCommitLog=16384)
     intact = [i for i, r in enumerate(results) if r.phy_offset + r.sizes[0] <= cut]
     bodies = _bodies(s)
-    assert bodies[:len(intact)] == [b"body-%06d" % i for i in intact]
+    assert bodies[: len(intact)] == [b"body-%06d" % i for i in intact]
     # Only the record the damage starts in may survive, and only if the damage missed what is
     # checked (length, magic, body CRC; the format does not cover properties). Nothing later.
     assert len(bodies) - len(intact) <= 1
@@ -224,7 +223,7 @@ def test_torn_tails(make_store, tmp_path, seed):
 
 
 def _spec_record(topic: bytes, qid: int, qoff: int, phy: int, body: bytes, props: bytes, ts: int) -> bytes:
-    """A commit-log record packed field by field from STORE_SPEC §2 (not our codec)."""
+    """A commit-log record packed field by field from docs/store-format.md §2 (not our codec)."""
     total = 91 + len(body) + len(topic) + len(props)
     out = struct.pack(">iIiiiqqiq", total, 0xDAA320A7, zlib.crc32(body) & 0x7FFFFFFF, qid, 0, qoff, phy, 0, ts - 5)
     out += bytes([192, 168, 1, 9]) + struct.pack(">i", 40000)
@@ -293,4 +292,4 @@ def test_directory_from_an_independent_encoder_is_read_recovered_and_served(make
         s.shutdown()
         for q, raw in units.items():
             on_disk = (root / "consumequeue" / "Foreign" / str(q) / f"{0:020d}").read_bytes()
-            assert on_disk[:len(raw)] == bytes(raw)
+            assert on_disk[: len(raw)] == bytes(raw)

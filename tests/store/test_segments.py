@@ -1,4 +1,4 @@
-"""Segments and segment queues (STORE_SPEC §1, §4, §9 deletion walk, §13 scenarios)."""
+"""Segments and segment queues (docs/store-format.md §1, §4, §9 deletion walk, §13 scenarios)."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""The store's write and read paths (STORE_SPEC §4–§7, §10, §12.6)."""
+"""The store's write and read paths (docs/store-format.md §4–§7, §10, §12.6)."""
 
 import json
 import os
@@ -33,8 +33,12 @@ def test_get_message_statuses_and_next_offsets(make_store):
     for i in range(5):
         s.put_message(_msg(body=b"%d" % i))
     s.wait_dispatched()
-    cases = {0: (GetStatus.FOUND, 5), 3: (GetStatus.FOUND, 5), 5: (GetStatus.OFFSET_OVERFLOW_ONE, 5),
-             9: (GetStatus.OFFSET_OVERFLOW_BADLY, 5)}
+    cases = {
+        0: (GetStatus.FOUND, 5),
+        3: (GetStatus.FOUND, 5),
+        5: (GetStatus.OFFSET_OVERFLOW_ONE, 5),
+        9: (GetStatus.OFFSET_OVERFLOW_BADLY, 5),
+    }
     for offset, (status, nxt) in cases.items():
         with s.get_message("g", "T", 0, offset) as r:
             assert (r.status, r.next_offset) == (status, nxt), offset
@@ -49,7 +53,7 @@ def test_empty_queue_and_too_small(make_store):
     with s.get_message("g", "E", 0, 0) as r:
         assert (r.status, r.next_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0)
     cq = s.consume_queue("E", 0)
-    for i in range(3):
+    for _ in range(3):
         s.put_message(_msg("E"))
     s.wait_dispatched()
     cq.min_logic_offset = 2 * 20  # as after cleanup
@@ -132,7 +136,7 @@ def test_limits(make_store):
     for bad in ("", "a/b", "..", "x" * 128):
         assert s.put_message(_msg(bad)).status is PutStatus.MESSAGE_ILLEGAL
     assert s.put_message(_msg(q=99)).status is PutStatus.MESSAGE_ILLEGAL
-    assert not os.path.exists(os.path.join(s.consumequeue_dir, ".."+"/a"))
+    assert not os.path.exists(os.path.join(s.consumequeue_dir, ".." + "/a"))
 
 
 def test_batch_larger_than_a_segment_is_refused(make_store):
@@ -158,7 +162,7 @@ def test_batch_gets_consecutive_offsets_and_one_store_time(make_store):
 def test_records_never_span_segments(make_store):
     s = make_store(mappedFileSizeCommitLog=1024)
     sizes = []
-    for i in range(30):
+    for _i in range(30):
         r = s.put_message(_msg(body=b"b" * 200))
         assert r.ok
         sizes.append(r.sizes[0])
@@ -351,7 +355,7 @@ def test_wait_false_does_not_wait_for_flush(make_store):
 
 def test_write_buffer_mode_commits_then_serves(make_store):
     s = make_store(transientStorePoolEnable=True, commitIntervalCommitLog=10, transientStorePoolSize=2)
-    for i in range(200):
+    for _i in range(200):
         assert s.put_message(_msg(body=b"w" * 500)).ok  # spans several segments
     deadline = time.monotonic() + 10
     while s.max_offset("T", 0) < 200 and time.monotonic() < deadline:

@@ -29,7 +29,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -37,8 +37,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_BIN = os.path.dirname(sys.executable)
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-FIELD_REFS = ("metadata.name", "metadata.namespace", "metadata.uid", "status.podIP", "spec.nodeName",
-              "spec.serviceAccountName", "status.hostIP")
+FIELD_REFS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "status.podIP",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+)
 
 
 def expand(text: str, env: dict[str, str]) -> str:
@@ -49,13 +56,20 @@ def expand(text: str, env: dict[str, str]) -> str:
 def field_values(pod: dict, ip: str, host_ip: str = "127.0.0.1") -> dict[str, str]:
     """The downward-API fields a container's env may refer to."""
     meta, spec = pod.get("metadata", {}), pod.get("spec", {})
-    return {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "default"),
-            "metadata.uid": meta.get("uid", ""), "status.podIP": ip, "spec.nodeName": spec.get("nodeName", ""),
-            "spec.serviceAccountName": spec.get("serviceAccountName", "default"), "status.hostIP": host_ip}
+    return {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", "default"),
+        "metadata.uid": meta.get("uid", ""),
+        "status.podIP": ip,
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
+        "status.hostIP": host_ip,
+    }
 
 
-def container_env(container: dict, fields: dict[str, str], config_maps: Callable[[str], dict] | None = None,
-                  secrets: Callable[[str], dict] | None = None) -> dict[str, str]:
+def container_env(
+    container: dict, fields: dict[str, str], config_maps: Callable[[str], dict] | None = None, secrets: Callable[[str], dict] | None = None
+) -> dict[str, str]:
     """The container's environment, in order (later entries may refer to earlier ones)."""
     env: dict[str, str] = {}
     for item in container.get("env") or []:
@@ -84,9 +98,18 @@ def resolve_executable(name: str) -> str:
 class ContainerProcess:
     """One container of one pod, started from its spec; restartable, stoppable, probeable."""
 
-    def __init__(self, pod: dict, container: dict, ip: str, volumes: dict[str, str], log_path: str, *,
-                 env: dict[str, str] | None = None, rewrite: Callable[[list[str]], list[str]] | None = None,
-                 protected: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        pod: dict,
+        container: dict,
+        ip: str,
+        volumes: dict[str, str],
+        log_path: str,
+        *,
+        env: dict[str, str] | None = None,
+        rewrite: Callable[[list[str]], list[str]] | None = None,
+        protected: tuple[str, ...] = (),
+    ):
         """``volumes``: mount path → host directory. ``env``: extra variables (the in-cluster
         API address). ``rewrite``: a last pass over the arguments (cluster DNS names).
         ``protected``: more host paths a bind mount must not hide."""
@@ -119,7 +142,7 @@ class ContainerProcess:
         for w in words:
             for mount in mounts:
                 if w == mount or w.startswith(mount + "/"):
-                    w = self.volumes[mount] + w[len(mount):]
+                    w = self.volumes[mount] + w[len(mount) :]
                     named.add(mount)
                     break
             else:
@@ -148,13 +171,19 @@ class ContainerProcess:
 
     # ------------------------------------------------------------------ running
 
-    def start(self) -> "ContainerProcess":
+    def start(self) -> ContainerProcess:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        env = {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-               "PYTHONUNBUFFERED": "1", **self.env}
+        env = {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self._wrapped(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=self._workdir(), start_new_session=True)
+            self.proc = subprocess.Popen(
+                self._wrapped(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self._workdir(),
+                start_new_session=True,
+            )
         self.pids.append(self.proc.pid)
         return self
 
@@ -163,7 +192,7 @@ class ContainerProcess:
         wd = self.container.get("workingDir", "")
         for mount in sorted(self.volumes, key=len, reverse=True):
             if wd == mount or wd.startswith(mount + "/"):
-                return self.volumes[mount] + wd[len(mount):]
+                return self.volumes[mount] + wd[len(mount) :]
         return os.path.dirname(self.log_path)
 
     def restart(self) -> None:
@@ -230,7 +259,8 @@ def probe_once(probe: dict, ip: str, container: dict, timeout: float = 1.0) -> b
         if "grpc" in probe:
             with grpc.insecure_channel(f"{ip}:{_port(probe['grpc']['port'], container)}") as ch:
                 resp = health_pb2_grpc.HealthStub(ch).Check(
-                    health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", "")), timeout=timeout)
+                    health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", "")), timeout=timeout
+                )
                 return resp.status == health_pb2.HealthCheckResponse.SERVING
         if "httpGet" in probe:
             get = probe["httpGet"]

@@ -13,9 +13,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL_STORE = ["mappedFileSizeCommitLog=262144", "mappedFileSizeConsumeQueue=20000", "maxHashSlotNum=4096",
-               "maxIndexNum=16384", "flushIntervalCommitLog=20", "flushIntervalConsumeQueue=50",
-               "cleanResourceInitialDelay=3600000"]
+SMALL_STORE = [
+    "mappedFileSizeCommitLog=262144",
+    "mappedFileSizeConsumeQueue=20000",
+    "maxHashSlotNum=4096",
+    "maxIndexNum=16384",
+    "flushIntervalCommitLog=20",
+    "flushIntervalConsumeQueue=50",
+    "cleanResourceInitialDelay=3600000",
+]
 
 
 def free_port() -> int:
@@ -37,9 +43,18 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: s
 
 
 class ServerProcess:
-    def __init__(self, data_dir: str, *, port: int | None = None, settings: list[str] | None = None,
-                 args: list[str] | None = None, env: dict[str, str] | None = None, name: str | None = None,
-                 tls_ca: str | None = None, tls_client: tuple[str, str] | None = None):
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        port: int | None = None,
+        settings: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+        tls_ca: str | None = None,
+        tls_client: tuple[str, str] | None = None,
+    ):
         self.data_dir = data_dir
         self.port = port or free_port()
         self.metrics_port = free_port()
@@ -57,14 +72,31 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "msgstore.cli", "serve", "--data-dir", self.data_dir, "--host", "127.0.0.1",
-               "--port", str(self.port), "--metrics-port", str(self.metrics_port), "--node-name", self.name,
-               "--grace", "2", "--log-format", "json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "msgstore.cli",
+            "serve",
+            "--data-dir",
+            self.data_dir,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--node-name",
+            self.name,
+            "--grace",
+            "2",
+            "--log-format",
+            "json",
+        ]
         for s in self.settings:
             cmd += ["--set", s]
         return cmd + self.extra
 
-    def start(self, wait: bool = True) -> "ServerProcess":
+    def start(self, wait: bool = True) -> ServerProcess:
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"), **self.env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -98,6 +130,7 @@ class ServerProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             return self.health() == health_pb2.HealthCheckResponse.SERVING
+
         wait_until(serving, timeout, what=f"{self.name} to serve")
 
     def kill(self) -> None:

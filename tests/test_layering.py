@@ -1,0 +1,133 @@
+"""The package keeps its shape: which part may import which, and no import circles.
+
+Dependencies flow one way: ``record`` (the record format) ← ``store`` (the engine) ← ``api``
+(the gRPC server); ``wire`` (the Send transcoders) and ``client`` sit beside the store, never
+importing it or the server. Imports are read from the source (``ast``), so a module that would
+only be imported later, or under ``TYPE_CHECKING``, counts too.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "server")
+PACKAGE = "msgstore"
+
+
+def modules() -> dict[str, str]:
+    out = {}
+    for dirpath, _dirs, files in os.walk(os.path.join(ROOT, PACKAGE)):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: str, known: dict[str, str]) -> set[str]:
+    """Modules of the package that ``name`` imports (its package ``__init__`` included when a
+    module imports from the package itself)."""
+    tree = ast.parse(open(path).read(), path)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.add(target if target in known else base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m in known and m != name}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def cycles(graph: dict[str, set[str]], within: str) -> list[list[str]]:
+    """Strongly connected components of more than one module among those under ``within``."""
+    nodes = [n for n in graph if n == within or n.startswith(within + ".")]
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in nodes:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for n in nodes:
+        if n not in index:
+            visit(n)
+    return out
+
+
+@pytest.mark.parametrize("package", ["msgstore.store", "msgstore.record", "msgstore.wire", "msgstore.client", "msgstore.pipeline"])
+def test_no_import_cycle(graph, package):
+    assert cycles(graph, package) == []
+
+
+FORBIDDEN = {
+    "msgstore.record": ("msgstore.store", "msgstore.api", "msgstore.client", "msgstore.wire", "msgstore.pipeline", "msgstore.v1"),
+    "msgstore.store": ("msgstore.api", "msgstore.client", "msgstore.wire", "msgstore.pipeline", "msgstore.v1", "msgstore.cli"),
+    "msgstore.wire": ("msgstore.store", "msgstore.api", "msgstore.client", "msgstore.pipeline"),
+    "msgstore.client": ("msgstore.store", "msgstore.api", "msgstore.pipeline", "msgstore.cli"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_dependencies_flow_one_way(graph, package):
+    wrong = {
+        (name, dep)
+        for name, deps in graph.items()
+        if name == package or name.startswith(package + ".")
+        for dep in deps
+        if any(dep == f or dep.startswith(f + ".") for f in FORBIDDEN[package])
+    }
+    assert wrong == set()
+
+
+def test_the_store_knows_no_grpc():
+    """store/ and record/ never import grpc or protobuf (the engine runs without a server)."""
+    offenders = []
+    for name, path in modules().items():
+        if not (name.startswith("msgstore.store") or name.startswith("msgstore.record")):
+            continue
+        tree = ast.parse(open(path).read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module or ""]
+            else:
+                continue
+            offenders += [(name, m) for m in mods if m.split(".")[0] in ("grpc", "google")]
+    assert offenders == []
