@@ -366,7 +366,7 @@ class Kubelet:
                 rt = self._admit(pod)
             if not rt.terminating:
                 self._run_pod(rt, pod)
-        for uid in [u for u in self.pods if u not in seen]:  # gone without a graceful deletion
+        for uid in [u for u in self.pods if u not in seen and not self.pods[u].terminating]:  # gone without a graceful deletion
             rt = self.pods.pop(uid)
             if rt.container is not None:
                 rt.container.kill()
