@@ -37,7 +37,7 @@ def test_get_message_statuses_and_next_offsets(make_store):
         0: (GetStatus.FOUND, 5),
         3: (GetStatus.FOUND, 5),
         5: (GetStatus.OFFSET_OVERFLOW_ONE, 5),
-        9: (GetStatus.OFFSET_OVERFLOW_BADLY, 5),
+        9: (GetStatus.OFFSET_OVERFLOW_BADLY, 0),  # min is 0: back to the start, as the reference (issue 15 #7)
     }
     for offset, (status, nxt) in cases.items():
         with s.get_message("g", "T", 0, offset) as r:
@@ -59,6 +59,8 @@ def test_empty_queue_and_too_small(make_store):
     cq.min_logic_offset = 2 * 20  # as after cleanup
     with s.get_message("g", "E", 0, 0) as r:
         assert (r.status, r.next_offset) == (GetStatus.OFFSET_TOO_SMALL, 2)
+    with s.get_message("g", "E", 0, 7) as r:  # once messages were deleted, a runaway offset goes to the end
+        assert (r.status, r.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 3)
 
 
 def test_max_bytes_returns_at_least_one(make_store):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -84,16 +85,21 @@ class CommitLogCleaner:
         self.last_run: CleanRun | None = None
         self.total_deleted = 0
         self.last_redelete_ms = 0
+        # one run at a time: a manual delete (on an RPC thread) and the scheduled run would
+        # otherwise walk the same segments, count deletions twice and share out the armed runs
+        self._running = threading.Lock()
 
     def arm_manual_delete(self) -> None:
         """Like ``mqadmin deleteExpiredCommitLog``: the next 20 runs delete expired segments."""
-        self.manual_runs_left = MANUAL_DELETE_RUNS
+        with self._running:
+            self.manual_runs_left = MANUAL_DELETE_RUNS
 
     def run_once(self) -> CleanRun:
-        run = self.delete_expired()
-        self.redelete_hanged()
-        self.last_run = run
-        return run
+        with self._running:
+            run = self.delete_expired()
+            self.redelete_hanged()
+            self.last_run = run
+            return run
 
     def delete_expired(self) -> CleanRun:
         cfg = self.settings()
@@ -162,8 +168,13 @@ class ConsumeQueueCleaner:
         self.settings = settings
         self.clock = clock
         self.last_physical_min = 0
+        self._running = threading.Lock()
 
     def run_once(self) -> int:
+        with self._running:
+            return self._run()
+
+    def _run(self) -> int:
         cl_min = self.commitlog.min_offset
         if cl_min <= self.last_physical_min:
             return 0

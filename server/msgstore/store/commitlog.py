@@ -18,6 +18,8 @@ from .segment_queue import SegmentQueue, WriteBufferPool
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
 
 class AppendError(Exception):
     """An append that did not happen; ``status`` is the PutStatus name to report."""
@@ -104,7 +106,12 @@ class CommitLog:
         self.segment_size = config.mappedFileSizeCommitLog
         pool = WriteBufferPool(config.transientStorePoolSize, self.segment_size) if config.transientStorePoolEnable else None
         self.pool = pool
-        self.segments = SegmentQueue(directory, self.segment_size, clock=clock, syncer=syncer, pool=pool, preallocate=True)
+        # a stale tail after a crash is a run of records, and no zero run inside one is longer
+        # than a body (whatever maxMessageSize was when it was written: not below the default)
+        zero_run = max(config.maxMessageSize, DEFAULT_MAX_BODY) + (1 << 20)
+        self.segments = SegmentQueue(
+            directory, self.segment_size, clock=clock, syncer=syncer, pool=pool, preallocate=True, zero_run=zero_run
+        )
         self.clock = clock
         self.lock = threading.Lock()
         self.set_store_host(store_host)

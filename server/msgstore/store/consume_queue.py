@@ -33,7 +33,8 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
-        self.segments = SegmentQueue(os.path.join(root, topic, str(queue_id)), file_size, clock=clock, syncer=syncer)
+        # a unit is never all zeros, and zero runs across units are at most 16 bytes long
+        self.segments = SegmentQueue(os.path.join(root, topic, str(queue_id)), file_size, clock=clock, syncer=syncer, zero_run=4096)
         self.max_phy_offset = -1  # phy offset + size of the last real unit (duplicate detection)
         self.min_logic_offset = 0  # in bytes
         self._lock = threading.Lock()

@@ -64,15 +64,31 @@ def read_json(path: str) -> Any | None:
 
 
 class JsonFile:
-    """One metadata file with a lock, a dirty flag and atomic persistence."""
+    """One metadata file with a lock, a count of changes and atomic persistence.
+
+    Writers take turns and each writes a snapshot of every change made before it, so an older
+    snapshot never lands after a newer one, and a change that must be durable before it is
+    acknowledged (:meth:`persist_change`) often finds itself written by a write already under
+    way: concurrent commits share one fsync, as concurrent puts share one group commit."""
 
     name = ""
 
     def __init__(self, config_dir: str):
         self.path = os.path.join(config_dir, self.name)
         self.lock = threading.RLock()
-        self.dirty = False
+        self._changes = 0  # changes made so far
+        self._persisted = 0  # changes known to be on disk
+        self._write_lock = threading.Lock()
         self.data_version = 0
+
+    @property
+    def dirty(self) -> bool:
+        return self._changes != self._persisted
+
+    def changed(self) -> int:
+        """Count a change (call with ``lock`` held); returns its number for :meth:`persist_change`."""
+        self._changes += 1
+        return self._changes
 
     def load(self) -> None:
         raw = read_json(self.path)
@@ -80,10 +96,26 @@ class JsonFile:
             self.decode(raw)
 
     def persist(self) -> None:
-        with self.lock:
-            payload = json.dumps(self.encode(), indent=2, sort_keys=True).encode()
-            self.dirty = False
-        write_atomic(self.path, payload)
+        with self._write_lock:
+            with self.lock:
+                payload = json.dumps(self.encode(), indent=2, sort_keys=True).encode()
+                snapshot = self._changes
+            write_atomic(self.path, payload)
+            self._persisted = max(self._persisted, snapshot)
+
+    def persist_change(self, change: int) -> None:
+        """Return once change number ``change`` is on disk (writing it, unless a write that
+        covers it got there first)."""
+        if self._persisted >= change:
+            return
+        with self._write_lock:
+            if self._persisted >= change:
+                return
+            with self.lock:
+                payload = json.dumps(self.encode(), indent=2, sort_keys=True).encode()
+                snapshot = self._changes
+            write_atomic(self.path, payload)
+            self._persisted = snapshot
 
     def persist_if_dirty(self) -> None:
         if self.dirty:
@@ -143,7 +175,7 @@ class TopicTable(JsonFile):
         with self.lock:
             self.topics[cfg.name] = cfg
             self.data_version += 1
-            self.dirty = True
+            self.changed()
         self.persist()
         return cfg
 
@@ -152,7 +184,7 @@ class TopicTable(JsonFile):
             gone = self.topics.pop(topic, None) is not None
             if gone:
                 self.data_version += 1
-                self.dirty = True
+                self.changed()
         if gone:
             self.persist()
         return gone
@@ -174,10 +206,14 @@ class ConsumerOffsets(JsonFile):
     def encode(self) -> Any:
         return {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}}
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit(self, group: str, topic: str, queue_id: int, offset: int, durable: bool = False) -> None:
+        """Record a group's next offset; ``durable`` returns only once it is on disk (a crash
+        right after the acknowledgement must not send the group back)."""
         with self.lock:
             self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
-            self.dirty = True
+            change = self.changed()
+        if durable:
+            self.persist_change(change)
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """-1 when the group never committed for this queue."""
@@ -202,7 +238,7 @@ class ConsumerOffsets(JsonFile):
         with self.lock:
             for k in [k for k in self.table if k.split("@", 1)[0] == topic]:
                 del self.table[k]
-                self.dirty = True
+                self.changed()
 
 
 class SubscriptionGroups(JsonFile):
@@ -235,7 +271,7 @@ class SubscriptionGroups(JsonFile):
                 "whichBrokerWhenConsumeSlowly": 1,
             }
             self.data_version += 1
-            self.dirty = True
+            self.changed()
 
 
 class PersistedConfig(JsonFile):

@@ -42,6 +42,11 @@ def _index_geometry(cfg: StoreConfig, size: int) -> tuple[int, int] | None:
     return index_geometry(size, cfg.maxHashSlotNum, cfg.maxIndexNum)
 
 
+def open_by(root: str) -> str | None:
+    """The pid of a store process that has ``root`` open (None when none has)."""
+    return _lock_holder(StoreLayout.of(root, StoreConfig())) if os.path.isdir(root) else None
+
+
 def _lock_holder(layout: StoreLayout) -> str | None:
     path = layout.lock_path
     if not os.path.exists(path):
@@ -101,18 +106,20 @@ def inspect_dir(root: str, settings: dict[str, Any] | None = None) -> dict[str, 
         out["commitlog_damage"] = list(q.damage)
         q.close()
     out["commitlog"] = segs
+    cl_min = segs[0]["start"] if segs else 0
     cq_size = None
     queues = []
     for topic, qid, d in layout.queue_dirs():
         cq_size = cq_size or first_file_size(d) or cfg.cq_file_size
         units = _queue_units(d, cq_size)
         real = units[~((units["phy"] == 0) & (units["size"] == FILLER_SIZE))] if len(units) else units
+        live = real[real["phy"] >= cl_min] if len(real) else real  # as the server counts: data still in the commit log
         queues.append(
             {
                 "topic": topic,
                 "queue_id": qid,
                 "segments": len(segment_files(d)),
-                "min_offset": int(real["offset"][0]) if len(real) else 0,
+                "min_offset": int(live["offset"][0]) if len(live) else (int(units["offset"][-1]) + 1 if len(units) else 0),
                 "max_offset": int(units["offset"][-1]) + 1 if len(units) else 0,
                 "max_phy_offset": int(real["phy"][-1] + real["size"][-1]) if len(real) else -1,
             }
@@ -162,6 +169,7 @@ class FsckReport:
     units_checked: int = 0
     keys_checked: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth knowing, not damage
 
     @property
     def ok(self) -> bool:
@@ -261,7 +269,7 @@ def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress |
         covered = kp >= (floor if floor is not None else 0)
         if not ents:
             if len(kh):
-                rep.add(f"index: no index files, {len(kh)} keys are not findable")
+                rep.notes.append(f"index: no index files ({len(kh)} keys); the next start rebuilds them from the commit log")
         else:
             all_e = np.concatenate(ents)
             order = np.lexsort((all_e["hash"].astype(np.int64), all_e["phy"].astype(np.int64)))

@@ -35,6 +35,7 @@ class RecoveryReport:
     bytes_to_scan: int = 0
     bytes_scanned: int = 0
     bytes_truncated: int = 0
+    tail_bytes_checked: int = 0  # read after the end to find (and zero) a stale tail
     records_scanned: int = 0
     index_files_destroyed: int = 0
     index_rebuilt_from: int = -1
@@ -172,6 +173,7 @@ class Recovery:
         report = self.report
         cl = self.commitlog
         truncated = cl.segments.truncate_dirty(end)
+        report.tail_bytes_checked = cl.segments.tail_examined
         cl.segments.set_positions_after_recovery(end)
         for seg in cl.segments.segments[:-1]:
             seg.close_writer()

@@ -72,6 +72,7 @@ class Segment:
         self.committed = 0
         self.flushed = 0
         self.store_timestamp = 0  # store time of the last record appended
+        self.examined = 0  # bytes data_end has read (recovery reports how much tail it checked)
         self.full = False
         self._buffer = write_buffer
         self._on_release_buffer = on_release_buffer
@@ -245,25 +246,34 @@ class Segment:
         finally:
             os.close(fd)
 
-    def data_end(self, pos: int) -> int:
-        """Offset after the last non-zero byte at or after ``pos`` (``pos`` when all zero)."""
+    def data_end(self, pos: int, zero_run: int | None = None) -> int:
+        """Offset after the last non-zero byte at or after ``pos`` (``pos`` when all zero).
+
+        ``zero_run``: stop once that many zero bytes follow the last non-zero one. What was
+        written after ``pos`` is one run of records appended in order, and no run of zeros
+        inside records is that long, so nothing stale lies beyond; without the bound a
+        preallocated segment (all of it "data" to SEEK_DATA) is read to its end, 1 GiB of zeros
+        to restart an idle store. ``examined`` counts the bytes read."""
         last = pos
         chunk = 1 << 20
         for begin, end in self._data_extents(pos):
             p = begin
             while p < end:
+                if zero_run is not None and p - last >= zero_run:
+                    return last
                 n = min(chunk, end - p)
                 kept = len(self.mm[p : p + n].rstrip(b"\0"))
+                self.examined += n
                 if kept:
                     last = p + kept
                 p += n
         return last
 
-    def zero_from(self, pos: int) -> int:
+    def zero_from(self, pos: int, zero_run: int | None = None) -> int:
         """Zero every non-zero byte from ``pos`` on (§12.1) so stale bytes can never pass for
         records later; returns how many bytes were cut. Holes are skipped, so a sparse 1 GiB
-        segment is not filled in."""
-        end = self.data_end(pos)
+        segment is not filled in (``zero_run``: see :meth:`data_end`)."""
+        end = self.data_end(pos, zero_run)
         chunk = 1 << 20
         p = pos
         while p < end:
@@ -357,11 +367,12 @@ class Segment:
             self._refs = 0
         self._cleanup()
 
-    def mtime_ms(self) -> int:
+    def mtime_ms(self) -> int | None:
+        """The file's last modification (ms), None when the file is gone."""
         try:
             return int(os.stat(self.path).st_mtime * 1000)
         except FileNotFoundError:
-            return 0
+            return None
 
     def __repr__(self) -> str:
         return f"Segment({os.path.basename(self.path)}, wrote={self.wrote}, flushed={self.flushed})"

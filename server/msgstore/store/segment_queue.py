@@ -55,6 +55,7 @@ class SegmentQueue:
         syncer: Syncer = msync,
         pool: WriteBufferPool | None = None,
         preallocate: bool = False,
+        zero_run: int | None = None,
     ):
         self.directory = directory
         self.segment_size = segment_size
@@ -69,6 +70,8 @@ class SegmentQueue:
         self.committed_where = 0
         self.store_timestamp = 0
         self.damage: list[str] = []
+        self.zero_run = zero_run  # see Segment.data_end
+        self.tail_examined = 0
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ loading
@@ -221,20 +224,26 @@ class SegmentQueue:
     def truncate_dirty(self, offset: int) -> int:
         """Make ``offset`` the end: zero the tail of its segment, destroy later segments.
 
-        Returns the number of bytes that were zeroed or dropped.
+        Returns the number of bytes that were zeroed or dropped; ``tail_examined`` says how many
+        were read to find them (bounded by ``zero_run``, see :meth:`Segment.data_end`).
         """
         dropped = 0
+        self.tail_examined = 0
         keep: list[Segment] = []
         for seg in self.segments:
             if seg.start + self.segment_size <= offset:
                 keep.append(seg)
             elif seg.start <= offset:
                 pos = offset - seg.start
-                dropped += seg.zero_from(pos)
+                seg.examined = 0
+                dropped += seg.zero_from(pos, self.zero_run)
+                self.tail_examined += seg.examined
                 seg.set_positions(pos)
                 keep.append(seg)
             else:
-                dropped += seg.data_end(0)
+                seg.examined = 0
+                dropped += seg.data_end(0, self.zero_run)
+                self.tail_examined += seg.examined
                 seg.destroy(0, self.clock.now_ms())
                 if os.path.exists(seg.path):
                     os.unlink(seg.path)
@@ -261,10 +270,17 @@ class SegmentQueue:
         segs = list(self.segments)
         deletable = len(segs) - 1
         deleted: list[Segment] = []
+        vanished: list[Segment] = []
         for i in range(deletable):
             seg = segs[i]
             now = self.clock.now_ms()
-            expired = now >= seg.mtime_ms() + expired_ms
+            mtime = seg.mtime_ms()
+            if mtime is None and seg.available:  # removed behind our back: forget it, it was not our deletion
+                log.warning("segment %s is gone from the disk; dropped from the commit log", seg.path)
+                vanished.append(seg)
+                continue
+            # (a segment we are destroying may lose its file when its last reader lets go)
+            expired = mtime is None or now >= mtime + expired_ms
             if not (expired or clean_now):
                 break
             if protect_from is not None and not clean_now and seg.start + self.segment_size > protect_from:
@@ -276,7 +292,7 @@ class SegmentQueue:
                 break
             if interval_ms > 0 and i + 1 < deletable:
                 self.clock.sleep(interval_ms / 1000)
-        self._forget(deleted)
+        self._forget(deleted + vanished)
         return len(deleted)
 
     def delete_expired_by_offset(self, min_phy_offset: int, last_unit_phy: Callable[[Segment], int]) -> int:

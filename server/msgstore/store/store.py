@@ -77,6 +77,7 @@ class MessageStore:
         self.recovery_report = RecoveryReport()
         self.generation = 0
         self.pending_restart: dict[str, Any] = {}
+        self.startup_overrides: dict[str, tuple[Any, Any]] = {}  # start-up settings that override persisted ones
         self.flags = RunningFlags()
         self._config_lock = threading.Lock()
         self._inflight = 0
@@ -137,11 +138,14 @@ class MessageStore:
                     raise
                 self.recovery_report.state = "waiting-for-lock"
                 time.sleep(0.1)
+        last_exit_ok = True
+        created_abort = False
         try:
             self.state = "recovering"
             self._load_config()
             last_exit_ok = not os.path.exists(self.abort_path)
             self._create_abort()
+            created_abort = last_exit_ok
             self.topics = TopicTable(self.config_dir)
             self.topics.load()
             self.offsets = ConsumerOffsets(self.config_dir)
@@ -181,6 +185,11 @@ class MessageStore:
             self.recovery_report.error = str(e)
             self.state = "failed"
             self._close_files()  # whatever was opened before the failure
+            if created_abort:  # this start never opened the store: the last exit stays what it was
+                try:
+                    os.unlink(self.abort_path)
+                except FileNotFoundError:
+                    pass
             self._release_lock()
             raise
         return self
@@ -229,6 +238,17 @@ class MessageStore:
         self.generation = self.persisted_config.generation
         merged = dict(self.persisted_config.values)
         merged.update(self.explicit_settings)
+        self.startup_overrides = overridden(self.persisted_config.values, self.explicit_settings)
+        for key, (now, persisted) in self.startup_overrides.items():
+            log.warning(
+                "start-up setting %s=%s overrides %s=%s persisted by `admin config set` (generation %d); the start-up setting "
+                "is in effect (drop it from --set/--config to keep the persisted one)",
+                key,
+                now,
+                key,
+                persisted,
+                self.generation,
+            )
         try:
             self.config = StoreConfig(merged)
         except ConfigError as e:
@@ -597,7 +617,9 @@ class MessageStore:
         if offset == max_off:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
         if offset > max_off:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+            # as the reference: a queue that never lost a message (min 0) sends a runaway offset
+            # back to its start, so a consumer re-reads instead of skipping what is there
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
         tags = _tag_set(tag_filter)
         codes = {codec.tags_code(t) for t in tags} if tags else None
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
@@ -703,14 +725,16 @@ class MessageStore:
 
     # ================================================================== consumer offsets
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, durable: bool = True) -> None:
+        """A group's next offset for a queue, on disk before this returns (unless ``durable``
+        is False: then within ``flushConsumerOffsetInterval``); concurrent commits share writes."""
         err = group_error(group) or codec.topic_error(topic)
         if err:
             raise ValueError(err)
         if offset < 0:
             raise ValueError("offset must be >= 0")
         self.groups.ensure(group)
-        self.offsets.commit(group, topic, queue_id, offset)
+        self.offsets.commit(group, topic, queue_id, offset, durable=durable)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         return self.offsets.query(group, topic, queue_id)
@@ -793,6 +817,7 @@ class MessageStore:
             after_restart = validate({**self.config.to_dict(), **self.pending_restart, **changes})
             applied = {k: after_restart[k] for k in changes if k in HOT_KEYS and after_restart[k] != self.config.get(k)}
             restart = {k: after_restart[k] for k in changes if k not in HOT_KEYS and after_restart[k] != self.config.get(k)}
+            self._check_files_allow(StoreConfig(after_restart), restart)
             new_config = self.config.with_changes(applied)
             if dry_run:
                 return ConfigUpdate(applied, restart, self.generation, True)
@@ -809,6 +834,32 @@ class MessageStore:
                     s.wakeup()
             log.info("config generation %d: applied %s, restart required for %s", self.generation, applied, restart)
             return ConfigUpdate(applied, restart, self.generation, False)
+
+    def _check_files_allow(self, after: StoreConfig, restart: Mapping[str, Any]) -> None:
+        """Refuse a restart-only change the files on disk would refuse at the next start (a
+        segment or index file of another size is never resized): accepted now, it would only
+        fail later, with the store down."""
+        cl = self.commitlog
+        if "mappedFileSizeCommitLog" in restart and cl.segments.segments and after.mappedFileSizeCommitLog != cl.segment_size:
+            raise ConfigError(
+                "mappedFileSizeCommitLog",
+                f"the commit log holds segments of {cl.segment_size} bytes, which a store with segments of "
+                f"{after.mappedFileSizeCommitLog} bytes cannot open (a new size needs a new store)",
+            )
+        if "mappedFileSizeConsumeQueue" in restart and after.cq_file_size != self.config.cq_file_size:
+            if any(cq.segments.segments for cq in self.queues.all()):
+                raise ConfigError(
+                    "mappedFileSizeConsumeQueue",
+                    f"the consume queues hold files of {self.config.cq_file_size} bytes, which a store with "
+                    f"{after.cq_file_size}-byte files cannot open (a new size needs a new store)",
+                )
+        for key in ("maxHashSlotNum", "maxIndexNum"):
+            if key in restart and self.index.files and after.get(key) != self.config.get(key):
+                raise ConfigError(
+                    key,
+                    f"the index files are {self.config.maxHashSlotNum} slots by {self.config.maxIndexNum} entries, "
+                    "which a store with another geometry cannot open (delete the index directory to have it rebuilt)",
+                )
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
         """Block until the dispatcher has caught up with its bound (tests and tools)."""
@@ -827,6 +878,7 @@ class MessageStore:
             "disk_usage": self.disk_ratio,
             "config_generation": self.generation,
             "pending_restart": dict(self.pending_restart),
+            "startup_overrides": {k: {"start": v[0], "persisted": v[1]} for k, v in self.startup_overrides.items()},
             "stats": dict(self.stats),
         }
         if cl is not None and self.state in ("running", "shutting_down"):
@@ -847,6 +899,22 @@ class MessageStore:
                 }
             )
         return out
+
+
+def overridden(persisted: Mapping[str, Any], explicit: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Keys set at start-up to another value than the one persisted by ``admin config set``."""
+    from .config import KEYS, _coerce
+
+    out = {}
+    for key, value in explicit.items():
+        if key in persisted and key in KEYS:
+            try:
+                now, before = _coerce(key, KEYS[key], value), _coerce(key, KEYS[key], persisted[key])
+            except ConfigError:
+                continue
+            if now != before:
+                out[key] = (now, before)
+    return out
 
 
 def _tag_set(tag_filter: Iterable[str] | str | None) -> frozenset[str] | None:
