@@ -26,6 +26,16 @@ CACHE_S = 1.0
 DNS_REFRESH_S = 5.0
 
 
+class DuplicateNodeName(RuntimeError):
+    """Two nodes of one store answer with the same name (routes would show one of them twice)."""
+
+    def __init__(self, name: str, first: str, second: str):
+        super().__init__(
+            f"nodes {first} and {second} are both named {name!r}: give each node its own --node-name "
+            "(the default, host-port, is unique per port)"
+        )
+
+
 @dataclass
 class PeerDirectory:
     self_address: str

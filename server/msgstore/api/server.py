@@ -36,7 +36,7 @@ from .admin import ControlPlane
 from .auth import TokenInterceptor, TokenSource
 from .longpoll import ArrivalWaiters
 from .metrics import Metrics
-from .route import PeerDirectory
+from .route import DuplicateNodeName, PeerDirectory
 from .servicer import DataPlane
 
 log = logging.getLogger(__name__)
@@ -106,15 +106,20 @@ def _safe_parser(cls):
     return parse
 
 
+class PortInUse(RuntimeError):
+    """A port to listen on is taken (or the address is not local); the message names the flag."""
+
+
 class StoreServer:
     def __init__(self, options: ServerOptions):
         self.options = options
         host = options.advertise or f"{_default_ip(options.host)}:{options.port}"
         self.advertise = host
-        self.node_name = options.node_name or os.environ.get("POD_NAME") or socket.gethostname()
+        # the default name is unique per port (several nodes on one host used to share the host's name)
+        self.node_name = options.node_name or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{options.port}"
         self.store = MessageStore(options.data_dir, options.settings, store_host=codec.parse_host(host))
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="msgstore-rpc")
-        self.metrics = Metrics(weakref.ref(self.store), self.node_name) if options.metrics_port is not None else None
+        self.metrics: Metrics | None = None
         self.stopping = False
         self.recovery_error: str | None = None
         self.ready = threading.Event()
@@ -154,6 +159,10 @@ class StoreServer:
         others = [a for a in addresses if a != self.advertise]
         answers = await asyncio.gather(*(self.peers.peer_route(a, topic) for a in others))
         nodes = [local, *answers]
+        named: dict[str, str] = {}
+        for n in nodes:
+            if n.name and named.setdefault(n.name, n.address) != n.address:
+                raise DuplicateNodeName(n.name, named[n.name], n.address)
         return sorted(nodes, key=lambda n: (n.name or "~", n.address))
 
     # ------------------------------------------------------------------ wiring
@@ -270,13 +279,25 @@ class StoreServer:
         )
         address = f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"
         creds = self._credentials()
-        self.bound_port = self.server.add_secure_port(address, creds) if creds else self.server.add_insecure_port(address)
+        try:
+            _check_free(o.host, o.port)  # before gRPC tries: its failure comes with a line of C-core logging
+            self.bound_port = self.server.add_secure_port(address, creds) if creds else self.server.add_insecure_port(address)
+        except (RuntimeError, OSError):
+            raise PortInUse(f"cannot listen on {address} (--port): the port is in use, or the address is not this machine's") from None
         if self.options.port == 0:
             self.advertise = f"{_default_ip(o.host)}:{self.bound_port}"
             self.peers.self_address = self.advertise
             self.store.store_host = codec.parse_host(self.advertise)
-        if self.metrics is not None:
-            self.metrics.serve(o.metrics_host or o.host, o.metrics_port)
+            if not (o.node_name or os.environ.get("POD_NAME")):
+                self.node_name = self.peers.node_name = f"{socket.gethostname()}-{self.bound_port}"
+        if o.metrics_port is not None:
+            self.metrics = Metrics(weakref.ref(self.store), self.node_name)
+            try:
+                self.metrics.serve(o.metrics_host or o.host, o.metrics_port)
+            except OSError as e:
+                raise PortInUse(
+                    f"cannot serve metrics on {o.metrics_host or o.host}:{o.metrics_port} (--metrics-port): {e.strerror}"
+                ) from None
         await self.server.start()
         log.info("listening", extra={"address": address, "node": self.node_name, "advertise": self.advertise})
         loop.create_task(self._recover())
@@ -320,6 +341,16 @@ class StoreServer:
         await loop.run_in_executor(None, self.store.shutdown)
         self.executor.shutdown(wait=False)
         log.info("stopped", extra={"clean": not os.path.exists(self.store.abort_path)})
+
+
+def _check_free(host: str, port: int) -> None:
+    """Raise OSError when another process listens on ``port`` (0 always works)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: a port in TIME_WAIT is free
+        probe.bind((host, port))
 
 
 def _default_ip(host: str) -> str:

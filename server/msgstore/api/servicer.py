@@ -18,6 +18,7 @@ from ..store.results import GetResult
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response
+from .route import DuplicateNodeName
 
 if TYPE_CHECKING:
     from .server import StoreServer
@@ -61,7 +62,7 @@ class DataPlane:
         store = self.store
         born = codec.host_bytes_cached(_peer_host(context))
         if isinstance(request, (bytes, bytearray)):
-            groups, wait, n = wire.native.transcode_send(
+            groups, _wait, visible, n = wire.native.transcode_send(
                 request,
                 store.config.maxMessageSize,
                 store.commitlog.store_host_bytes,
@@ -73,6 +74,7 @@ class DataPlane:
             )
         else:
             groups, n = self._prepare_parsed(request, born)
+            visible = request.wait_visible
         for topic, qid, _batch, idx in groups:
             limit = self.server.queue_count(topic)
             if qid >= limit:
@@ -85,6 +87,8 @@ class DataPlane:
         if sync:
             await self._await_flush(groups, outcomes)
         store.dispatcher.wakeup()  # once per call: consumers see the batch without waiting a poll
+        if visible:
+            await self._await_visible(outcomes)
         if all(not res.status.stored for _, res in outcomes) and all(
             res.status is PutStatus.SERVICE_NOT_AVAILABLE for _, res in outcomes
         ):  # nothing stored: fail the call
@@ -166,6 +170,20 @@ class DataPlane:
             (idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch, defer_flush))
             for topic, qid, batch, idx in groups
         ]
+
+    async def _await_visible(self, outcomes: list) -> None:
+        """Until the stored batches are dispatched (pullable at their offsets, findable by
+        key); at most ``syncFlushTimeout``, then the answer goes out anyway (the messages are
+        stored: they become visible moments later)."""
+        stored = [res for _, res in outcomes if res.status.stored]
+        if not stored:
+            return
+        end = max(r.phy_offset + r.wrote_bytes for r in stored)
+        dispatcher = self.store.dispatcher
+        deadline = time.monotonic() + self.store.config.syncFlushTimeout / 1000
+        while dispatcher.reput_from < end and time.monotonic() < deadline:
+            dispatcher.wakeup()
+            await asyncio.sleep(0.0005)
 
     async def _await_flush(self, groups: list, outcomes: list) -> None:
         """Wait for the group commit of every stored batch that asked for it; past
@@ -317,7 +335,8 @@ class DataPlane:
         topic = v.check_topic(request.topic)
         qid = v.check_queue_id(request.queue_id)
         offset = v.check_non_negative(request.offset, "offset")
-        self.store.commit_offset(request.group, topic, qid, offset)
+        # durable before it is acknowledged: the write (and its fsync) runs off the event loop
+        await asyncio.get_running_loop().run_in_executor(self.server.executor, self.store.commit_offset, request.group, topic, qid, offset)
         return pb.CommitOffsetResponse()
 
     async def GetCommittedOffset(self, request: pb.GetCommittedOffsetRequest, context) -> pb.GetCommittedOffsetResponse:
@@ -343,7 +362,12 @@ class DataPlane:
         local = self.server.local_route(request.topic)
         if request.local_only:
             return pb.GetRouteResponse(nodes=[local])
-        return pb.GetRouteResponse(nodes=await self.server.route(request.topic, local))
+        try:
+            nodes = await self.server.route(request.topic, local)
+        except DuplicateNodeName as e:
+            log.error("%s", e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return pb.GetRouteResponse(nodes=nodes)
 
 
 def _error_text(res) -> str:

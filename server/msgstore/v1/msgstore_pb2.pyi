@@ -84,12 +84,14 @@ class SendEntry(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., uniq_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("entries", "wait_flush")
+    __slots__ = ("entries", "wait_flush", "wait_visible")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     WAIT_FLUSH_FIELD_NUMBER: _ClassVar[int]
+    WAIT_VISIBLE_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
     wait_flush: bool
-    def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ...) -> None: ...
+    wait_visible: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ..., wait_visible: _Optional[bool] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error")

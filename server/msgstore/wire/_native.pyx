@@ -209,13 +209,14 @@ cdef class _Growable:
 def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host, long long now_ms, object crc_fn,
                    bytes born_host, object invalid, Py_ssize_t max_entries):
     """Validate a SendRequest and encode its entries as records, one prepared batch per
-    (topic, queue). Returns (groups, wait_flush, entry_count) where groups are
+    (topic, queue). Returns (groups, wait_flush, wait_visible, entry_count) where groups are
     (topic, queue_id, Prepared, [entry indices]) and wait_flush is -1 when absent.
     Raises ``invalid(field, reason)`` naming the field as ``entries[i].<name>``."""
     cdef const uint8_t* base = &data[0] if data.shape[0] else <const uint8_t*>b""
     cdef Py_ssize_t n = data.shape[0], pos = 0, epos, eend, i, j, k, count = 0
     cdef uint64_t key, v
     cdef int wt, field, wait = -1
+    cdef bint visible = False
     cdef _Growable entries = _Growable(sizeof(Entry))
     cdef _Growable keys = _Growable(sizeof(Span))
     cdef _Growable props = _Growable(sizeof(Prop))
@@ -250,6 +251,10 @@ def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host
             if read_varint(base, n, &pos, &v) < 0:
                 raise invalid("request", "not a valid msgstore.v1.SendRequest")
             wait = 1 if v else 0
+        elif field == 3 and wt == 0:
+            if read_varint(base, n, &pos, &v) < 0:
+                raise invalid("request", "not a valid msgstore.v1.SendRequest")
+            visible = v != 0
         elif skip_field(base, n, &pos, wt) < 0:
             raise invalid("request", "not a valid msgstore.v1.SendRequest")
     count = entries.count
@@ -360,7 +365,7 @@ def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host
     for g in range(len(group_keys)):
         groups.append(_encode_group(base, <Entry*>entries.data, count, g, group_keys[g], <Span*>keys.data,
                                     <Prop*>props.data, store_host, born_host, sf, now_ms, crc_fn, wait))
-    return groups, wait, count
+    return groups, wait, visible, count
 
 
 cdef int _check_entry(const uint8_t* base, Entry* e, Py_ssize_t i, Span* keys, Prop* props, long long max_body,
@@ -574,7 +579,7 @@ cdef inline char* put_bytes_field(char* w, uint8_t tag, const char* s, Py_ssize_
     return w + n
 
 
-def encode_send_request(str topic, int queue_id, list messages, int wait_flush):
+def encode_send_request(str topic, int queue_id, list messages, int wait_flush, bint wait_visible=False):
     """SendRequest wire bytes for OutMessage-like objects (body, key, keys, tags,
     properties, uniq_key, flag) sent to one (topic, queue)."""
     cdef Py_ssize_t tlen, blen, n, total = 0, elen, klen, vlen, mlen, i
@@ -622,6 +627,8 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush):
         total += 1 + varint_len(elen) + elen
     if wait_flush >= 0:
         total += 2
+    if wait_visible:
+        total += 2
     out = PyBytes_FromStringAndSize(NULL, total)
     w = PyBytes_AS_STRING(out)
     for i in range(len(messages)):
@@ -667,6 +674,10 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush):
     if wait_flush >= 0:
         w[0] = 0x10
         w[1] = 1 if wait_flush else 0
+        w += 2
+    if wait_visible:
+        w[0] = 0x18
+        w[1] = 1
     return out
 
 
