@@ -55,6 +55,18 @@ def _client(args):
     )
 
 
+def _note(text: str) -> None:
+    """A correction or a warning for the person at the terminal (stderr; never mixed into --json)."""
+    print(text, file=sys.stderr)
+
+
+def _partial(skipped: list[str], what: str) -> int:
+    """Name what could not be reached; the exit code says the result is partial (1)."""
+    for s in skipped:
+        _note(f"skipped {s}: {what}")
+    return 1 if skipped else 0
+
+
 def cmd_send(args) -> int:
     from .client import OutMessage
 
@@ -62,30 +74,37 @@ def cmd_send(args) -> int:
         with open(args.file, "rb") as f:
             body = f.read()
     elif args.body is None or args.body == "-":
+        if sys.stdin.isatty():
+            _note("reading the message body from stdin (end it with Ctrl-D)")
         body = sys.stdin.buffer.read()
+        if not body and not args.allow_empty:
+            print("error: the message body is empty (stdin had nothing); give a BODY, --file, or --allow-empty", file=sys.stderr)
+            return 2
     else:
-        body = args.body.encode()
-    props = dict(p.split("=", 1) for p in args.property)
+        body = args.body.encode("utf-8", "surrogateescape")
+    props = {}
+    for p in args.property:
+        name, sep, value = p.partition("=")
+        if not sep or not name:
+            print(f"error: --property {p!r}: expected NAME=VALUE", file=sys.stderr)
+            return 2
+        props[name] = value
     with _client(args) as c:
         queue = None
-        if args.queue is not None:
-            queue = next(
-                (
-                    q
-                    for q in c.route(args.topic).queues
-                    if q.queue_id == args.queue and (args.node is None or args.node in (q.node, q.address))
-                ),
-                None,
-            )
-            if queue is None:
-                print(f"error: no queue {args.queue} of {args.topic}" + (f" on {args.node}" if args.node else ""), file=sys.stderr)
+        if args.queue is not None or args.node is not None:
+            found = _queues(c, args.topic, args.queue, args.node)
+            if isinstance(found, str):
+                print(f"error: {found}", file=sys.stderr)
                 return 2
+            queue = found[0]
         res = c.send_batch(
             args.topic,
             [OutMessage(body, keys=args.key, tags=args.tags, properties=props)],
-            key=args.key[0] if args.key else None,
+            key=args.key[0] if args.key and queue is None else None,
             queue=queue,
             wait_flush=False if args.no_wait_flush else None,
+            visible=not args.no_wait_visible,
+            reorder=args.reorder,
         )[0]
     row = {
         "status": res.status,
@@ -101,30 +120,52 @@ def cmd_send(args) -> int:
     return 0 if res.ok else 1
 
 
-def _start_positions(c, topic: str, queues, spec: str) -> dict:
-    offsets = c.queue_offsets(topic)
-    out = {}
-    for q in queues:
-        lo, hi = offsets.get(q, (0, 0))
-        if spec == "earliest":
-            out[q] = lo
-        elif spec == "latest":
-            out[q] = hi
-        elif spec.lstrip("-").isdigit():
-            out[q] = int(spec)
-        else:
-            out[q] = c.offset_by_time(topic, q, _parse_time(spec))
-    return out
+def _queues(c, topic: str, queue_id: int | None, node: str | None):
+    """The route's queues selected by ``--queue``/``--node``, or an error text naming what does
+    not exist (an unknown queue or node used to select every queue without a word)."""
+    route = c.route(topic, refresh=True)
+    if node is not None and route.node(node) is None:
+        return f"no node {node!r}; the nodes are {', '.join(n.name or n.address for n in route.nodes)}"
+    every = [q for q in route.key_queues() if node is None or node in (q.node, q.address)]
+    chosen = [q for q in every if queue_id is None or q.queue_id == queue_id]
+    if not chosen:
+        ids = sorted({q.queue_id for q in every})
+        where = f" on {node}" if node else ""
+        return (
+            f"topic {topic} has no queue {queue_id}{where} (its queues are {ids[0]}-{ids[-1]})" if ids else f"no queues of {topic}{where}"
+        )
+    return chosen
 
 
 def _parse_time(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise SystemExit(f"error: --from takes earliest, latest, an offset or an ISO time, not {text!r}") from None
+        raise SystemExit(f"error: --from takes earliest, latest, an offset (>= 0) or an ISO time, not {text!r}") from None
     if when.tzinfo is None:
         when = when.astimezone()
     return int(when.timestamp() * 1000)
+
+
+def _start_positions(c, topic: str, queues, spec: str, offsets) -> dict:
+    """Where each queue starts, with a note where the asked offset had to be corrected."""
+    out = {}
+    for q in queues:
+        lo, hi = offsets[q]
+        if spec == "earliest":
+            out[q] = lo
+        elif spec == "latest":
+            out[q] = hi
+        elif spec.isdigit():
+            want = int(spec)
+            out[q] = min(max(want, lo), hi)
+            if want < lo:
+                _note(f"{q}: offsets below {lo} were deleted by retention; reading from {lo}")
+            elif want > hi:
+                _note(f"{q}: offset {want} is past the end ({hi}); nothing to read there")
+        else:
+            out[q] = c.offset_by_time(topic, q, _parse_time(spec))
+    return out
 
 
 def _message_row(node: str, m) -> dict[str, Any]:
@@ -144,85 +185,132 @@ def _ms(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
+MESSAGE_COLUMNS = [("node", 14), ("queue", 5), ("offset", 8), ("tags", 10), ("keys", 16), ("store_time", 29), ("body", 60)]
+
+
+class MessagePrinter:
+    """Messages as one line each, in the same fixed columns whether pulled, followed or
+    queried; bodies and long fields are cut in the table (``--json`` carries them whole)."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.count = 0
+
+    def _cell(self, value: Any, width: int, last: bool) -> str:
+        text = str(value).replace("\n", "\\n")
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        return text if last else text.ljust(width)
+
+    def print(self, row: dict[str, Any]) -> None:
+        if self.as_json:
+            print(json.dumps(row), flush=True)
+        else:
+            if self.count == 0:
+                print("  ".join(self._cell(c.upper(), w, i == len(MESSAGE_COLUMNS) - 1) for i, (c, w) in enumerate(MESSAGE_COLUMNS)))
+            print(
+                "  ".join(self._cell(row.get(c, ""), w, i == len(MESSAGE_COLUMNS) - 1) for i, (c, w) in enumerate(MESSAGE_COLUMNS)),
+                flush=True,
+            )
+        self.count += 1
+
+
 def cmd_pull(args) -> int:
     from .client import Consumer
 
+    if args.start is not None and args.start not in ("earliest", "latest") and args.start.startswith("-"):
+        print(f"error: --from {args.start}: an offset is >= 0 (or earliest, latest, an ISO time)", file=sys.stderr)
+        return 2
     with _client(args) as c:
-        route = c.route(args.topic)
-        queues = [
-            q
-            for q in route.queues
-            if (args.queue is None or q.queue_id == args.queue) and (args.node is None or args.node in (q.node, q.address))
-        ]
+        listed_without: list[str] = []
+        if args.topic not in c.topics(skipped=listed_without) and not listed_without:
+            if not args.follow:
+                print(f"error: no topic {args.topic!r} on any node (msgstore topics list shows them)", file=sys.stderr)
+                return 1
+            _note(f"topic {args.topic!r} does not exist yet; following it from its first message")
+        chosen = _queues(c, args.topic, args.queue, args.node)
+        if isinstance(chosen, str):
+            print(f"error: {chosen}", file=sys.stderr)
+            return 2
+        unread: list[str] = []
+        offsets = c.queue_offsets(args.topic, skipped=unread)
+        wanted = {q.node for q in chosen} | {q.address for q in chosen}
+        skipped = [s for s in unread if s.split(" ", 1)[0] in wanted]  # down nodes whose queues were asked for
+        queues = [q for q in chosen if q in offsets]
         consumer = Consumer(c, args.group, args.topic, tag_filter=args.tag_filter, max_messages=min(args.max, 1024))
         if args.group and args.start is None:  # resume where the group left off
             consumer.positions = {q: off for q, off in consumer.positions.items() if q in queues}
         else:
-            consumer.positions = _start_positions(c, args.topic, queues, args.start or "earliest")
-        shown = 0
-        rows = []
+            consumer.positions = _start_positions(c, args.topic, queues, args.start or "earliest", offsets)
+        out = MessagePrinter(args.json)
         try:
             while True:
                 batch = consumer.poll(timeout=1.0 if args.follow else 0)
+                printed: dict[Any, int] = {}  # queue → offset after its last printed message
+                left: dict[Any, int] = {}
                 for rec in batch:
-                    row = _message_row(rec.queue.node, rec.message)
-                    if args.follow or args.json:
-                        print(json.dumps(row) if args.json else _line(row), flush=True)
-                    else:
-                        rows.append(row)
-                    shown += 1
-                    if not args.follow and shown >= args.max:
+                    left[rec.queue] = left.get(rec.queue, 0) + 1
+                for rec in batch:
+                    if not args.follow and out.count >= args.max:
                         break
-                if args.group and batch:
-                    consumer.commit()
-                if not args.follow and (not batch or shown >= args.max):
+                    out.print(_message_row(rec.queue.node, rec.message))
+                    printed[rec.queue] = rec.queue_offset + 1
+                    left[rec.queue] -= 1
+                if args.group:
+                    # commit exactly what was printed: a queue whose messages were all shown
+                    # moves to where the consumer is; one cut short by --max, to after its last
+                    # shown message; a queue with nothing shown keeps its committed offset
+                    commit = {q: consumer.positions[q] if left.get(q, 0) == 0 else printed[q] for q in printed}
+                    commit.update({q: pos for q, pos in consumer.positions.items() if q not in left})
+                    consumer.commit(commit)
+                if not args.follow and (not batch or out.count >= args.max):
+                    if out.count >= args.max and batch:
+                        _note(f"stopped after {args.max} messages (--max); more may follow")
                     break
         except KeyboardInterrupt:
             pass
-    if rows:
-        print(_table(rows, ["node", "queue", "offset", "tags", "keys", "store_time", "body"]))
-    elif not args.json and not args.follow:
-        print("no messages", file=sys.stderr)
-    return 0
-
-
-def _line(row: dict[str, Any]) -> str:
-    return f"{row['node']}/{row['queue']}@{row['offset']}  tags={row['tags']}  keys={row['keys']}  {row['body']}"
+    if not out.count and not args.json and not args.follow:
+        _note("no messages")
+    return _partial(skipped, "its queues were not read")
 
 
 def cmd_query(args) -> int:
     with _client(args) as c:
-        found = c.query(args.topic, args.key, args.max)
-    rows = [
-        {
-            "node": node,
-            "queue": m.queue_id,
-            "offset": m.queue_offset,
-            "msg_id": m.msg_id,
-            "tags": m.tags,
-            "keys": " ".join(m.keys),
-            "store_time": _ms(m.store_timestamp),
-            "body": _body_text(m.body),
-        }
-        for node, m in found
-    ]
-    _emit(args, rows, ["node", "queue", "offset", "msg_id", "tags", "keys", "store_time", "body"])
-    return 0 if rows else 1
+        skipped: list[str] = []
+        found = c.query(args.topic, args.key, args.max, skipped=skipped)
+    out = MessagePrinter(args.json)
+    for node, m in found:
+        out.print(
+            {
+                "node": node,
+                "queue": m.queue_id,
+                "offset": m.queue_offset,
+                "msg_id": m.msg_id,
+                "tags": m.tags,
+                "keys": " ".join(m.keys),
+                "store_time": _ms(m.store_timestamp),
+                "body": _body_text(m.body),
+            }
+        )
+    if _partial(skipped, "it was not searched"):
+        return 1
+    return 0 if found else 1
 
 
 def cmd_topics(args) -> int:
+    skipped: list[str] = []
     with _client(args) as c:
         if args.action == "create":
-            infos = c.create_topic(args.name, args.queues)
+            infos = c.create_topic(args.name, args.queues, skipped=skipped)
             _emit(args, [{"topic": i.name, "queues": i.write_queue_nums} for i in infos], ["topic", "queues"])
-            return 0
-        topics = c.topics()
+            return _partial(skipped, "the topic was not created there: run the command again when it is back")
+        topics = c.topics(skipped=skipped)
     _emit(
         args,
         [{"topic": t, "queues": " ".join(f"{n}:{q}" for n, q in per.items())} for t, per in sorted(topics.items())],
         ["topic", "queues"],
     )
-    return 0
+    return _partial(skipped, "its topics are not listed")
 
 
 def cmd_route(args) -> int:
@@ -230,72 +318,121 @@ def cmd_route(args) -> int:
         route = c.route(args.topic or "", refresh=True)
     _emit(
         args,
-        [{"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids)} for n in route.nodes],
+        [{"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids) if args.topic else "-"} for n in route.nodes],
         ["node", "address", "ready", "queues"],
     )
     return 0
 
 
-def cmd_admin(args) -> int:
-    with _client(args) as c:
-        nodes = [n.name for n in c.nodes()] if args.node is None and args.action == "status" else [args.node]
-        if args.action == "status":
-            rows = []
-            for n in nodes:
-                st = c.admin(n).status()
-                rows.append(st)
-            if args.json:
-                print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
-            else:
-                print(
-                    _table(
-                        [_status_row(s) for s in rows],
-                        [
-                            "node",
-                            "state",
-                            "recovery",
-                            "recovery_ms",
-                            "disk",
-                            "disk_full",
-                            "min_offset",
-                            "max_offset",
-                            "lag",
-                            "segments",
-                            "generation",
-                        ],
-                    )
-                )
-            return 0
-        admin = c.admin(args.node)
-        if args.action == "config":
-            if args.config_action == "get":
-                _emit(args, admin.config())
-                return 0
-            from .store.config import parse_assignments
+def _typed_config(values: dict[str, str]) -> dict[str, Any]:
+    """Config values as their types (the API carries text): numbers as numbers in --json."""
+    from .store.config import KEYS, ConfigError, _coerce
 
-            res = admin.update_config(parse_assignments(args.assignments), dry_run=args.dry_run)
-            _emit(
-                args,
-                {
-                    "applied": dict(res.applied),
-                    "restart_required": dict(res.restart_required),
-                    "generation": res.generation,
-                    "dry_run": res.dry_run,
-                },
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        try:
+            out[k] = _coerce(k, KEYS[k], v) if k in KEYS else v
+        except ConfigError:
+            out[k] = v
+    return out
+
+
+def _admin_targets(c, node: str | None) -> list[str]:
+    """The nodes an admin command acts on: ``--node``, else every node of the route."""
+    if node is not None:
+        return [node]
+    return [n.name or n.address for n in c.nodes()]
+
+
+def cmd_admin(args) -> int:
+    from .client import StoreError
+
+    failed = 0
+    with _client(args) as c:
+        results: list[dict[str, Any]] = []
+        for node in _admin_targets(c, args.node):
+            try:
+                results.append(_admin_one(c.admin(node), node, args))
+            except StoreError as e:
+                failed += 1
+                results.append(
+                    {
+                        "node": node,
+                        "state": "down" if e.code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else "error",
+                        "error": f"{e.code.name}: {e.details}",
+                    }
+                )
+    if args.json:  # one node: its result; several: a list, each result naming its node
+        print(json.dumps(results if len(results) > 1 else results[0], indent=2))
+    elif args.action == "status":
+        print(_table([_status_row(s) for s in results], STATUS_COLUMNS))
+    elif args.action == "config" and args.config_action == "get":
+        _print_configs(results)
+    else:
+        for r in results:
+            print(
+                f"{r['node']}: "
+                + ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in r.items() if k != "node")
             )
-            return 0
-        if args.action == "delete-expired":
-            res = admin.manual_delete()
-            _emit(args, {"deleted_segments": res.deleted_segments, "min_phy_offset": res.min_phy_offset, "runs_armed": res.runs_armed})
-            return 0
-        removed = admin.clean_expired_consume_queues() if args.action == "clean-expired-cq" else admin.clean_unused_topics()
-        _emit(args, {"removed": removed})
-        return 0
+    for r in results:
+        if "error" in r:
+            _note(f"{r['node']}: {r['error']}")
+    return 1 if failed else 0
+
+
+def _admin_one(admin, node: str, args) -> dict[str, Any]:
+    if args.action == "status":
+        return admin.status()
+    if args.action == "config":
+        if args.config_action == "get":
+            return {"node": node, "config": _typed_config(admin.config())}
+        from .store.config import parse_assignments
+
+        res = admin.update_config(parse_assignments(args.assignments), dry_run=args.dry_run)
+        return {
+            "node": node,
+            "applied": _typed_config(dict(res.applied)),
+            "restart_required": _typed_config(dict(res.restart_required)),
+            "generation": res.generation,
+            "dry_run": res.dry_run,
+        }
+    if args.action == "delete-expired":
+        res = admin.manual_delete()
+        return {"node": node, "deleted_segments": res.deleted_segments, "min_phy_offset": res.min_phy_offset, "runs_armed": res.runs_armed}
+    removed = admin.clean_expired_consume_queues() if args.action == "clean-expired-cq" else admin.clean_unused_topics()
+    return {"node": node, "removed": removed}
+
+
+def _print_configs(results: list[dict[str, Any]]) -> None:
+    """One line per key, one column per node (a difference between nodes shows at once)."""
+    ok = [r for r in results if "config" in r]
+    keys = sorted({k for r in ok for k in r["config"]})
+    rows = [{"key": k, **{r["node"]: r["config"].get(k, "") for r in ok}} for k in keys]
+    print(_table(rows, ["key", *[r["node"] for r in ok]]))
+
+
+STATUS_COLUMNS = [
+    "node",
+    "state",
+    "recovery",
+    "recovery_ms",
+    "disk",
+    "disk_full",
+    "min_offset",
+    "max_offset",
+    "lag",
+    "segments",
+    "generation",
+    "pending_restart",
+]
 
 
 def _status_row(s: dict[str, Any]) -> dict[str, Any]:
+    if "error" in s and "recovery" not in s:
+        return {"node": s.get("node"), "state": s.get("state", "down")}
     rec = s.get("recovery", {})
     usage = s.get("disk_usage", -1)
+    pending = s.get("pending_restart") or {}
     return {
         "node": s.get("node"),
         "state": s.get("state"),
@@ -308,6 +445,7 @@ def _status_row(s: dict[str, Any]) -> dict[str, Any]:
         "lag": s.get("dispatch_behind_bytes"),
         "segments": s.get("commitlog_segments"),
         "generation": s.get("config_generation"),
+        "pending_restart": " ".join(f"{k}={v}" for k, v in sorted(pending.items())) or "-",
     }
 
 
@@ -325,9 +463,18 @@ def _settings(args) -> dict[str, Any]:
     return out
 
 
+def _warn_if_open(root: str) -> None:
+    from .store.offline import open_by
+
+    pid = open_by(root)
+    if pid:
+        _note(f"warning: a running store (pid {pid}) has {root} open: what is read may change while it is read")
+
+
 def cmd_inspect(args) -> int:
     from .store.offline import inspect_dir
 
+    _warn_if_open(args.dir)
     info = inspect_dir(args.dir, _settings(args))
     if args.json:
         print(json.dumps(info, indent=2, default=str))
@@ -361,6 +508,7 @@ def cmd_fsck(args) -> int:
         bar = "#" * int(pct / 5)
         print(f"\rfsck {stage:15s} [{bar:<20s}] {pct:5.1f}%", end="", file=sys.stderr, flush=True)
 
+    _warn_if_open(args.dir)
     rep = fsck(args.dir, _settings(args), progress)
     if not args.json:
         print(file=sys.stderr)
@@ -372,6 +520,7 @@ def cmd_fsck(args) -> int:
         "units_checked": rep.units_checked,
         "keys_checked": rep.keys_checked,
         "problems": rep.problems,
+        "notes": rep.notes,
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -379,6 +528,8 @@ def cmd_fsck(args) -> int:
         print(f"{rep.records} records ({rep.bytes} bytes), {rep.units_checked} queue units, {rep.keys_checked} keys checked")
         for p in rep.problems:
             print(f"PROBLEM  {p}")
+        for n in rep.notes:
+            print(f"note     {n}")
         print("ok" if rep.ok else f"{len(rep.problems)} problem(s)")
     return 0 if rep.ok else 1
 
@@ -388,7 +539,7 @@ def cmd_fsck(args) -> int:
 
 def cmd_serve(args) -> int:
     from . import logs
-    from .api.server import ServerOptions, serve
+    from .api.server import PortInUse, ServerOptions, serve
     from .store.config import ConfigError
 
     logs.setup(args.log_format, args.log_level)
@@ -425,6 +576,9 @@ def cmd_serve(args) -> int:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
         return 0
+    except PortInUse as e:  # one line, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 # ------------------------------------------------------------------------------------------- parser
@@ -454,10 +608,19 @@ def _offline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="store setting (segment sizes, index geometry)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command takes --json, before or after the subcommand's name."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        # SUPPRESS: a subcommand that is not given --json leaves the main parser's value alone
+        self.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="msgstore", description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="msgstore", description=__doc__.splitlines()[0])
+    parser.set_defaults(json=False)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("serve", help="run a store node")
     s.add_argument("--data-dir", default=os.environ.get("MSGSTORE_DATA_DIR", "./data"), help="store root (default ./data)")
@@ -494,6 +657,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queue", type=int, help="queue id (default: by key, else round robin)")
     s.add_argument("--node", help="node for --queue")
     s.add_argument("--no-wait-flush", action="store_true", help="do not wait for the disk flush (SYNC_FLUSH stores)")
+    s.add_argument(
+        "--no-wait-visible",
+        action="store_true",
+        help="answer once stored, before the message can be pulled or queried (by default the answer waits "
+        "until it can, so a pull or query right after finds it)",
+    )
+    s.add_argument(
+        "--reorder",
+        action="store_true",
+        help="when the key's queue is down, send to another queue (breaks the key's order) instead of failing",
+    )
+    s.add_argument("--allow-empty", action="store_true", help="send an empty body read from stdin")
     _connection_options(s)
     s.set_defaults(fn=cmd_send)
 
@@ -528,16 +703,17 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(s)
     s.set_defaults(fn=cmd_route)
 
-    s = sub.add_parser("admin", help="status, configuration and maintenance (admin token)")
-    asub = s.add_subparsers(dest="action", required=True)
-    a = asub.add_parser("status")
-    a.add_argument("--node")
+    s = sub.add_parser("admin", help="status, configuration and maintenance of every node (admin token)")
+    asub = s.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    node_help = "one node (name or address); default: every node of the store, each named in the output"
+    a = asub.add_parser("status", help="each node's state, recovery, disk, offsets and settings waiting for a restart")
+    a.add_argument("--node", help=node_help)
     _connection_options(a)
-    a = asub.add_parser("config")
+    a = asub.add_parser("config", help="get, or set (validated as a whole; hot keys apply at once)")
     a.add_argument("config_action", choices=["get", "set"])
     a.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
     a.add_argument("--dry-run", action="store_true")
-    a.add_argument("--node")
+    a.add_argument("--node", help=node_help)
     _connection_options(a)
     for name, text in (
         ("delete-expired", "delete expired commit-log segments now (arms 20 cleaner runs)"),
@@ -545,7 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("clean-unused-topics", "remove consume queues of topics not in topics.json"),
     ):
         a = asub.add_parser(name, help=text)
-        a.add_argument("--node")
+        a.add_argument("--node", help=node_help)
         _connection_options(a)
     s.set_defaults(fn=cmd_admin)
 

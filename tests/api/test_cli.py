@@ -37,8 +37,8 @@ def test_send_pull_query_round_trip(server, tmp_path):
     assert run("pull", "cli", "--from", "latest", *s).stderr.decode().strip() == "no messages"
     future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
     assert run("pull", "cli", "--from", future, *s).stderr.decode().strip() == "no messages"
-    found = json.loads(run("--json", "query", "cli", "--key", "k-1", *s).stdout)
-    assert [r["body"] for r in found] == ["from an argument"]
+    found = [json.loads(line) for line in run("query", "cli", "--key", "k-1", "--json", *s).stdout.decode().splitlines()]
+    assert [r["body"] for r in found] == ["from an argument"]  # one object per line, as pull (--json after the command too)
     assert run("query", "cli", "--key", "nope", *s, check=False).returncode == 1
 
 
@@ -79,13 +79,15 @@ def test_admin_topics_and_route(server):
     table = run("admin", "status", *s).stdout.decode()
     assert table.startswith("NODE") and "running" in table
     res = json.loads(run("--json", "admin", "config", "set", "fileReservedTime=12", "flushDiskType=SYNC_FLUSH", *s).stdout)
-    assert res["applied"] == {"fileReservedTime": "12"} and res["restart_required"] == {"flushDiskType": "SYNC_FLUSH"}
-    assert json.loads(run("--json", "admin", "config", "get", *s).stdout)["fileReservedTime"] == "12"
+    assert res["node"] == "node-0" and res["applied"] == {"fileReservedTime": 12}
+    assert res["restart_required"] == {"flushDiskType": "SYNC_FLUSH"}
+    assert json.loads(run("--json", "admin", "config", "get", *s).stdout)["config"]["fileReservedTime"] == 12
+    assert "flushDiskType=SYNC_FLUSH" in run("admin", "status", *s).stdout.decode()  # waiting for a restart, in the table
     bad = run("admin", "config", "set", "fileReservedTime=soon", *s, check=False)
     assert bad.returncode == 1 and "fileReservedTime" in bad.stderr.decode()
     assert json.loads(run("--json", "admin", "delete-expired", *s).stdout)["runs_armed"] == 19
-    assert json.loads(run("--json", "admin", "clean-expired-cq", *s).stdout) == {"removed": []}
-    assert json.loads(run("--json", "admin", "clean-unused-topics", *s).stdout) == {"removed": []}
+    assert json.loads(run("--json", "admin", "clean-expired-cq", *s).stdout) == {"node": "node-0", "removed": []}
+    assert json.loads(run("--json", "admin", "clean-unused-topics", *s).stdout) == {"node": "node-0", "removed": []}
     run("topics", "create", "made", "--queues", "3", *s)
     assert "made" in run("topics", "list", *s).stdout.decode()
     route = json.loads(run("--json", "route", "made", *s).stdout)

@@ -2,26 +2,8 @@
 
 import collections
 
-import pytest
-
 from msgstore.client import Client, Consumer, Producer
 from tests.support.servers import ServerProcess, free_port, wait_until
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    ports = [free_port() for _ in range(3)]
-    nodes = []
-    for i, port in enumerate(ports):
-        peers = ",".join(f"127.0.0.1:{p}" for p in ports if p != port)
-        nodes.append(ServerProcess(str(tmp_path / f"store-{i}"), port=port, name=f"store-{i}", args=["--peers", peers]))
-    for n in nodes:
-        n.start(wait=False)
-    for n in nodes:
-        n.wait_serving()
-    yield nodes
-    for n in nodes:
-        n.kill()
 
 
 def test_any_node_answers_the_route_for_all(cluster):

@@ -54,6 +54,7 @@ class ServerProcess:
         name: str | None = None,
         tls_ca: str | None = None,
         tls_client: tuple[str, str] | None = None,
+        name_flag: bool = True,
     ):
         self.data_dir = data_dir
         self.port = port or free_port()
@@ -62,6 +63,7 @@ class ServerProcess:
         self.extra = list(args or [])
         self.env = env or {}
         self.name = name or f"node-{self.port}"
+        self.name_flag = name_flag  # False: the server picks its default name
         self.tls_ca = tls_ca
         self.tls_client = tls_client
         self.proc: subprocess.Popen | None = None
@@ -85,8 +87,7 @@ class ServerProcess:
             str(self.port),
             "--metrics-port",
             str(self.metrics_port),
-            "--node-name",
-            self.name,
+            *(["--node-name", self.name] if self.name_flag else []),
             "--grace",
             "2",
             "--log-format",

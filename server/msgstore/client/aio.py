@@ -9,9 +9,20 @@ import grpc
 
 from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
-from .client import RETRYABLE, ROUTE_TTL_S, OutMessage, PullResult, SendResult, StoreError, _send_result, encode_send, pull_result
+from .client import (
+    RETRYABLE,
+    ROUTE_TTL_S,
+    OutMessage,
+    PullResult,
+    SendResult,
+    StoreError,
+    _send_result,
+    check_topic,
+    encode_send,
+    pull_result,
+)
 from .connection import Security, aio_channel, split_endpoints
-from .routing import Node, QueueRef, Route
+from .routing import KeyQueueDown, Node, QueueRef, Route
 
 
 class AsyncClient:
@@ -85,19 +96,34 @@ class AsyncClient:
         tags: str | None = None,
         properties: dict[str, str] | None = None,
         keys: Sequence[str] = (),
+        visible: bool = False,
+        reorder: bool = False,
     ) -> SendResult:
         if isinstance(body, str):
             body = body.encode()
-        return (await self.send_batch(topic, [OutMessage(body, key, keys, tags, properties or {})], key=key))[0]
+        msg = OutMessage(body, key, keys, tags, properties or {})
+        return (await self.send_batch(topic, [msg], key=key, visible=visible, reorder=reorder))[0]
 
     async def send_batch(
-        self, topic: str, messages: Sequence[OutMessage], *, key: str | None = None, queue: QueueRef | None = None
+        self,
+        topic: str,
+        messages: Sequence[OutMessage],
+        *,
+        key: str | None = None,
+        queue: QueueRef | None = None,
+        visible: bool = False,
+        reorder: bool = False,
     ) -> list[SendResult]:
+        """As :meth:`Client.send_batch`: a key's messages go to its queue only, unless ``reorder``."""
+        check_topic(topic)
         route = await self.route(topic)
         tried: set[str] = set()
-        target = queue or route.pick(key)
+        try:
+            target = queue or route.pick(key, reorder=reorder)
+        except LookupError as e:
+            raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         while True:
-            req = encode_send(topic, target.queue_id, messages, None)
+            req = encode_send(topic, target.queue_id, messages, None, visible)
             send = self._channel(target.address).unary_unary(
                 "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString
             )
@@ -109,10 +135,12 @@ class AsyncClient:
                     raise StoreError(e.code(), e.details() or "", target.node) from None
                 route.mark_down(target.address)
                 tried.add(target.address)
+                if key is not None and not reorder:
+                    raise StoreError(e.code(), f"{KeyQueueDown(key, target)} ({e.details()})", target.node) from None
                 route = await self.route(topic, refresh=True)
                 if not [q for q in route.usable() if q.address not in tried]:
                     raise StoreError(e.code(), e.details() or "", target.node) from None
-                target = route.pick(key, exclude=tried)
+                target = route.pick(key, exclude=tried, reorder=reorder)
 
     async def pull(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
 from .errors import StoreError
 from .errors import error_from as _error
-from .routing import Node, QueueRef, Route
+from .routing import KeyQueueDown, Node, QueueRef, Route
 
 ROUTE_TTL_S = 10.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -80,15 +80,53 @@ class PullResult:
     node: str = ""
 
 
-def encode_send(topic: str, queue_id: int, messages: Sequence[OutMessage], wait_flush: bool | None) -> bytes:
+def encode_send(topic: str, queue_id: int, messages: Sequence[OutMessage], wait_flush: bool | None, visible: bool = False) -> bytes:
     """SendRequest bytes: compiled when available (a protobuf object per entry costs more
-    than the whole send), else through protobuf. Both produce the same wire format."""
-    if wire.native is not None:
-        return wire.native.encode_send_request(topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush))
-    req = pb.SendRequest(entries=[m.entry(topic, queue_id) for m in messages])
-    if wait_flush is not None:
-        req.wait_flush = wait_flush
-    return req.SerializeToString()
+    than the whole send), else through protobuf. Both produce the same wire format. A string
+    that is not UTF-8 (a lone surrogate from a command line) is INVALID_ARGUMENT naming it."""
+    try:
+        if wire.native is not None:
+            return wire.native.encode_send_request(  # type: ignore[no-any-return]
+                topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush), visible
+            )
+        req = pb.SendRequest(entries=[m.entry(topic, queue_id) for m in messages], wait_visible=visible)
+        if wait_flush is not None:
+            req.wait_flush = wait_flush
+        return req.SerializeToString()
+    except (UnicodeEncodeError, ValueError) as e:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, _not_utf8(topic, messages) or str(e)) from None
+
+
+def _not_utf8(topic: str, messages: Sequence[OutMessage]) -> str | None:
+    """Which string of a send is not valid UTF-8, named as the request's field."""
+
+    def bad(s: str | None) -> bool:
+        if not s:
+            return False
+        try:
+            s.encode("utf-8")
+            return False
+        except UnicodeEncodeError:
+            return True
+
+    if bad(topic):
+        return f"topic: not valid UTF-8: {topic!r}"
+    for i, m in enumerate(messages):
+        fields = [("tags", m.tags), ("uniq_key", m.uniq_key)]
+        fields += [(f"keys[{j}]", k) for j, k in enumerate([*m.keys, *([m.key] if m.key else [])])]
+        fields += [(f"properties[{k!r}]", f"{k}{v}") for k, v in m.properties.items()]
+        for name, value in fields:
+            if bad(value):
+                return f"entries[{i}].{name}: not valid UTF-8: {value!r}"
+    return None
+
+
+def check_topic(topic: str) -> None:
+    """INVALID_ARGUMENT naming the topic field, before any routing (an empty topic used to
+    surface as UNAVAILABLE: no node serves it)."""
+    err = codec.topic_error(topic)
+    if err:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"topic: {err}")
 
 
 _STATUS_NAMES = {v.number: v.name for v in pb.SendStatus.DESCRIPTOR.values}
@@ -209,11 +247,13 @@ class Client:
         uniq_key: str | None = None,
         queue: QueueRef | None = None,
         wait_flush: bool | None = None,
+        visible: bool = False,
+        reorder: bool = False,
     ) -> SendResult:
         if isinstance(body, str):
             body = body.encode()
         msg = OutMessage(body, key, keys, tags, properties or {}, uniq_key)
-        return self.send_batch(topic, [msg], key=key, queue=queue, wait_flush=wait_flush)[0]
+        return self.send_batch(topic, [msg], key=key, queue=queue, wait_flush=wait_flush, visible=visible, reorder=reorder)[0]
 
     def send_batch(
         self,
@@ -224,20 +264,28 @@ class Client:
         queue: QueueRef | None = None,
         prefer: QueueRef | None = None,
         wait_flush: bool | None = None,
+        visible: bool = False,
+        reorder: bool = False,
     ) -> list[SendResult]:
         """Send messages to one (node, queue), failing over to another node when one is down.
 
-        ``queue`` pins the target (no failover); ``prefer`` is tried first. A retry after a
-        timeout may store a batch twice (at-least-once).
+        ``queue`` pins the target (no failover); ``prefer`` is tried first. ``key`` sends to
+        the key's queue (its hash over every queue of the route) and never elsewhere: when that
+        queue's node is down the send fails with UNAVAILABLE, to be retried, so the key's
+        messages stay in order; ``reorder=True`` sends them to another queue meanwhile (their
+        order across the switch is then lost). ``visible=True`` answers once the messages can
+        be pulled and queried (else that happens within milliseconds after the answer). A retry
+        after a timeout may store a batch twice (at-least-once).
         """
+        check_topic(topic)
         route = self.route(topic)
         tried: set[str] = set()
         try:
-            target = queue or prefer or route.pick(key)
+            target = queue or prefer or route.pick(key, reorder=reorder)
         except LookupError as e:
             raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         while True:
-            req = encode_send(topic, target.queue_id, messages, wait_flush)
+            req = encode_send(topic, target.queue_id, messages, wait_flush, visible)
             try:
                 resp = self._raw_send(target.address)(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
                 return [_send_result(r, target.node) for r in resp.results]
@@ -246,11 +294,13 @@ class Client:
                     raise _error(e, target.node) from None
                 route.mark_down(target.address)
                 tried.add(target.address)
+                if key is not None and not reorder:
+                    raise StoreError(e.code(), f"{KeyQueueDown(key, target)} ({e.details()})", target.node) from None
                 route = self.route(topic, refresh=True)
                 candidates = [q for q in route.usable() if q.address not in tried]
                 if not candidates:
                     raise _error(e, target.node) from None
-                target = route.pick(key, exclude=tried)
+                target = route.pick(key, exclude=tried, reorder=reorder)
 
     def send_entries(self, address: str, entries: list[pb.SendEntry], node: str = "") -> list[SendResult]:
         resp = self._call(address, "Send", pb.SendRequest(entries=entries), node=node)
@@ -318,20 +368,33 @@ class Client:
             if e.code() != grpc.StatusCode.CANCELLED:
                 raise _error(e, queue.node) from None
 
-    def query(self, topic: str, key: str, max_results: int = 32, begin: int = 0, end: int = 0) -> list[tuple[str, pb.Message]]:
-        """Messages with ``key`` from every node, as (node, message)."""
+    def _each_node(self, topic: str, call: Callable[[Node], Any], skipped: list[str] | None) -> list[tuple[Node, Any]]:
+        """``call`` on every node of the route. A node that is down or recovering (not ready, or
+        UNAVAILABLE now) is named in ``skipped`` when a list is given (the result is then
+        partial: say so), and left out silently otherwise, as a consumer does."""
         out = []
-        for n in self.route(topic).nodes:
+        for n in self.route(topic, refresh=skipped is not None).nodes:
             if not n.ready:
+                if skipped is not None:
+                    skipped.append(f"{n.name or n.address} (not ready: down or recovering)")
                 continue
-            resp = self._call(
-                n.address,
-                "QueryByKey",
-                pb.QueryByKeyRequest(topic=topic, key=key, max_results=max_results, begin_timestamp=begin, end_timestamp=end),
-                node=n.name,
-            )
-            out.extend((n.name, m) for m in resp.messages)
+            try:
+                out.append((n, call(n)))
+            except StoreError as e:
+                if skipped is None or e.code not in RETRYABLE:
+                    raise
+                skipped.append(f"{n.name or n.address} ({e.code.name}: {e.details})")
         return out
+
+    def query(
+        self, topic: str, key: str, max_results: int = 32, begin: int = 0, end: int = 0, *, skipped: list[str] | None = None
+    ) -> list[tuple[str, pb.Message]]:
+        """Messages with ``key`` from every node, as (node, message); see ``_each_node`` for
+        ``skipped``."""
+        check_topic(topic)
+        req = pb.QueryByKeyRequest(topic=topic, key=key, max_results=max_results, begin_timestamp=begin, end_timestamp=end)
+        found = self._each_node(topic, lambda n: self._call(n.address, "QueryByKey", req, node=n.name), skipped)
+        return [(n.name, m) for n, resp in found for m in resp.messages]
 
     def get_message(self, msg_id: str = "", *, node: Node | None = None, commitlog_offset: int | None = None) -> pb.Message:
         """By offset message id (its store host says which node) or by commit-log offset on a node."""
@@ -344,20 +407,16 @@ class Client:
         target_addr = address if address in known else (node.address if node else self.endpoints[0])
         return self._call(target_addr, "GetMessage", pb.GetMessageRequest(msg_id=msg_id)).message
 
-    def queue_offsets(self, topic: str, skip_unavailable: bool = False) -> dict[QueueRef, tuple[int, int]]:
-        out = {}
-        for n in self.route(topic).nodes:
-            if not n.ready:
-                continue
-            try:
-                resp = self._call(n.address, "GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic), node=n.name)
-            except StoreError as e:
-                if skip_unavailable and e.code in RETRYABLE:
-                    continue
-                raise
-            for q in resp.queues:
-                out[QueueRef(n.name, n.address, q.queue_id)] = (q.min_offset, q.max_offset)
-        return out
+    def queue_offsets(
+        self, topic: str, skip_unavailable: bool = False, *, skipped: list[str] | None = None
+    ) -> dict[QueueRef, tuple[int, int]]:
+        """(min, max) of every queue of every ready node; ``skip_unavailable`` leaves out a node
+        that stops answering meanwhile (``skipped`` names them)."""
+        if skip_unavailable and skipped is None:
+            skipped = []
+        req = pb.GetQueueOffsetsRequest(topic=topic)
+        found = self._each_node(topic, lambda n: self._call(n.address, "GetQueueOffsets", req, node=n.name), skipped)
+        return {QueueRef(n.name, n.address, q.queue_id): (q.min_offset, q.max_offset) for n, resp in found for q in resp.queues}
 
     def offset_by_time(self, topic: str, queue: QueueRef, timestamp_ms: int, upper: bool = False) -> int:
         req = pb.GetOffsetByTimeRequest(
@@ -384,22 +443,20 @@ class Client:
 
     # ------------------------------------------------------------------ topics
 
-    def create_topic(self, topic: str, queues: int = 0) -> list[pb.TopicInfo]:
-        """Create the topic on every node."""
-        out = [
-            self._call(n.address, "CreateTopic", pb.CreateTopicRequest(topic=topic, queues=queues), node=n.name)
-            for n in self.nodes()
-            if n.ready
-        ]
+    def create_topic(self, topic: str, queues: int = 0, *, skipped: list[str] | None = None) -> list[pb.TopicInfo]:
+        """Create the topic on every node (``skipped``: see ``_each_node``)."""
+        check_topic(topic)
+        req = pb.CreateTopicRequest(topic=topic, queues=queues)
+        out = [info for _, info in self._each_node("", lambda n: self._call(n.address, "CreateTopic", req, node=n.name), skipped)]
         self._routes.pop(topic, None)
         return out
 
-    def topics(self) -> dict[str, dict[str, Any]]:
+    def topics(self, *, skipped: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Topic → node → queue count (``skipped``: see ``_each_node``)."""
         out: dict[str, dict[str, Any]] = {}
-        for n in self.nodes():
-            if not n.ready:
-                continue
-            for t in self._call(n.address, "ListTopics", pb.ListTopicsRequest(), node=n.name).topics:
+        listed = self._each_node("", lambda n: self._call(n.address, "ListTopics", pb.ListTopicsRequest(), node=n.name), skipped)
+        for n, resp in listed:
+            for t in resp.topics:
                 out.setdefault(t.name, {})[n.name] = t.write_queue_nums
         return out
 

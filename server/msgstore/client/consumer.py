@@ -18,6 +18,7 @@ from .client import Client, StoreError, pull_result
 from .routing import QueueRef
 
 REFRESH_S = 30.0  # how often new nodes' queues are looked for
+MISSING_REFRESH_S = 2.0  # ... and while a node is down or a queue has no position yet (a node returning)
 PARALLEL_PULLS = 4  # pulls in flight at once (measured: 1 → 60k, 4 → 97k msg/s on 2 cores)
 
 
@@ -83,10 +84,16 @@ class Consumer:
             lo, hi = offsets[q]
             self.positions[q] = lo if self.start == "earliest" else hi
 
+    def _incomplete(self) -> bool:
+        """Some node of the route is down, or some queue has no position yet."""
+        route = self.client.route(self.topic)
+        return any(not n.ready for n in route.nodes) or any(q not in self.positions for q in route.queues)
+
     def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Messages from any queue: one concurrent round of pulls over the queues (the server
         and the network overlap with decoding), else a long poll of all of them."""
-        if not self.positions or time.monotonic() - self._refreshed_at > REFRESH_S:
+        age = time.monotonic() - self._refreshed_at
+        if not self.positions or age > REFRESH_S or (age > MISSING_REFRESH_S and self._incomplete()):
             self.refresh()
         queues = list(self.positions)
         n = len(queues)
@@ -170,14 +177,25 @@ class Consumer:
                 self.positions[q] = f.result().next_offset
         return out
 
-    def commit(self) -> None:
-        """Commit every position that moved, on the node owning its queue."""
+    def commit(self, offsets: dict[QueueRef, int] | None = None) -> None:
+        """Commit every position that moved (or the given ``offsets``), each on the node owning
+        its queue. A node that does not answer does not stop the others: every queue that can
+        be committed is, then a :class:`StoreError` names those that could not."""
         if not self.group:
             raise RuntimeError("a consumer without a group cannot commit")
-        for q, off in list(self.positions.items()):
+        failed: list[str] = []
+        last: StoreError | None = None
+        for q, off in list((self.positions if offsets is None else offsets).items()):
             if self._committed.get(q) != off:
-                self.client.commit(self.group, self.topic, q, off)
+                try:
+                    self.client.commit(self.group, self.topic, q, off)
+                except StoreError as e:
+                    failed.append(f"{q} ({e.code.name})")
+                    last = e
+                    continue
                 self._committed[q] = off
+        if last is not None:
+            raise StoreError(last.code, f"could not commit {', '.join(failed)}: {last.details}", last.node)
 
     def lag(self) -> int:
         offsets = self.client.queue_offsets(self.topic, skip_unavailable=True)

@@ -63,8 +63,20 @@ class SendFuture:
 
 
 class Producer:
-    def __init__(self, client: Client, *, linger_ms: float = 5, max_batch: int = 1000, max_buffered: int = 100_000, parallelism: int = 4):
+    def __init__(
+        self,
+        client: Client,
+        *,
+        linger_ms: float = 5,
+        max_batch: int = 1000,
+        max_buffered: int = 100_000,
+        parallelism: int = 4,
+        reorder: bool = False,
+    ):
+        """``reorder``: a keyed message whose queue is down goes to another queue instead of
+        failing (retryably), which breaks its key's order (see :meth:`Client.send_batch`)."""
         self.client = client
+        self.reorder = reorder
         self.linger_s = linger_ms / 1000
         self.max_batch = max_batch
         self.max_buffered = max_buffered
@@ -183,7 +195,7 @@ class Producer:
                     self._done_cond.notify_all()
 
     def _send(self, batch: list) -> None:
-        groups: dict[tuple[str, QueueRef], list] = {}
+        groups: dict[tuple[str, QueueRef, bool], list] = {}
         failures = []
         sticky: dict[str, QueueRef] = {}  # messages without a key share one queue per batch (Kafka's sticky partitioner)
         for topic, key, msg, fut in batch:
@@ -193,22 +205,25 @@ class Producer:
                     if target is None:
                         target = sticky[topic] = self.client.route(topic).pick()
                 else:
-                    target = self.client.route(topic).pick(key)
-            except (StoreError, LookupError) as e:  # no route: fail just these messages
+                    target = self.client.route(topic).pick(key, reorder=self.reorder)
+            except (StoreError, LookupError) as e:  # no route, or the key's queue is down: fail just these messages
                 failures.append((fut, None, e if isinstance(e, StoreError) else StoreError(grpc.StatusCode.UNAVAILABLE, str(e))))
                 continue
-            groups.setdefault((topic, target), []).append((msg, fut))
+            groups.setdefault((topic, target, key is not None), []).append((msg, fut))
         if failures:
             self._resolve(failures)
         jobs = []
-        for (topic, target), items in groups.items():
+        for (topic, target, keyed), items in groups.items():
             for i in range(0, len(items), self.max_batch):
-                jobs.append(self._pool.submit(self._send_group, topic, target, items[i : i + self.max_batch]))
+                jobs.append(self._pool.submit(self._send_group, topic, target, keyed, items[i : i + self.max_batch]))
         concurrent.futures.wait(jobs)
 
-    def _send_group(self, topic: str, target: QueueRef, items: list) -> None:
+    def _send_group(self, topic: str, target: QueueRef, keyed: bool, items: list) -> None:
+        pinned = keyed and not self.reorder  # a keyed batch never fails over: its keys would change queue
         try:
-            results: list[SendResult] = self.client.send_batch(topic, [m for m, _ in items], prefer=target)
+            results: list[SendResult] = self.client.send_batch(
+                topic, [m for m, _ in items], queue=target if pinned else None, prefer=None if pinned else target
+            )
         except (StoreError, LookupError) as e:
             self._resolve([(fut, None, e) for _, fut in items])
             return

@@ -1,7 +1,11 @@
 """Where a message goes: (node, queue) pairs of a topic, spread round robin or by key hash.
 
 A message queue is (node, topic, queue id); every node holds its own queues of each topic,
-so one node is simply the case with a single node.
+so one node is simply the case with a single node. A key's queue is its hash over *every*
+queue of the route, down nodes included (as RocketMQ's selector hashes over the route's queue
+list): a node going down must not move the keys of the others, and a key whose queue is down
+waits for it (:class:`KeyQueueDown`) rather than land elsewhere out of order, unless the
+sender allows reordering.
 """
 
 from __future__ import annotations
@@ -33,6 +37,18 @@ class Node:
     queue_ids: tuple[int, ...]
 
 
+class KeyQueueDown(LookupError):
+    """The queue a key hashes to is on a node that is down."""
+
+    def __init__(self, key: str, queue: QueueRef):
+        super().__init__(
+            f"the queue of key {key!r} ({queue}) is on node {queue.node}, which is down; sends with this key fail until it is back, "
+            "to keep their order (allow reordering to send them to another queue meanwhile)"
+        )
+        self.key = key
+        self.queue = queue
+
+
 class Route:
     """The nodes serving a topic, with health marks for failover."""
 
@@ -57,13 +73,38 @@ class Route:
         qs = [q for q in self.queues if self._down.get(q.address, 0) <= now]
         return qs or self.queues
 
-    def pick(self, key: str | None = None, exclude: set[str] | frozenset = frozenset()) -> QueueRef:
-        """Round robin, or by key hash so one key keeps its queue (and order) while nodes stay."""
+    def key_queues(self) -> list[QueueRef]:
+        """Every (node, queue) of the topic, ready or not, in a fixed order (node, queue id).
+        A node down since before its queues were known counts with the queues of the others."""
+        known = next((n.queue_ids for n in self.nodes if n.queue_ids), ())
+        pairs = [QueueRef(n.name or n.address, n.address, q) for n in self.nodes for q in (n.queue_ids or known)]
+        return sorted(pairs, key=lambda p: (p.node, p.queue_id))
+
+    def for_key(self, key: str) -> QueueRef:
+        """The queue of ``key``, whether or not its node is up."""
+        qs = self.key_queues()
+        if not qs:
+            raise LookupError(f"no node serves topic {self.topic}")
+        return qs[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(qs)]
+
+    def is_up(self, q: QueueRef) -> bool:
+        node = self.node(q.address)
+        return node is not None and node.ready and self._down.get(q.address, 0) <= time.monotonic()
+
+    def pick(self, key: str | None = None, exclude: set[str] | frozenset = frozenset(), reorder: bool = False) -> QueueRef:
+        """Round robin over the usable queues; with a key, the key's queue (raising
+        :class:`KeyQueueDown` when its node is down, unless ``reorder`` allows another one)."""
+        if key is not None:
+            q = self.for_key(key)
+            if self.is_up(q) and q.address not in exclude:
+                return q
+            if not reorder:
+                raise KeyQueueDown(key, q)
         qs = [q for q in self.usable() if q.address not in exclude] or self.usable()
         if not qs:
             raise LookupError(f"no ready node serves topic {self.topic}")
         if key is not None:
-            return qs[zlib.crc32(key.encode()) % len(qs)]
+            return qs[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(qs)]
         return qs[next(self._counter) % len(qs)]
 
     def mark_down(self, address: str) -> None:
