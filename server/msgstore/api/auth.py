@@ -131,4 +131,8 @@ def _deny(handler, code: grpc.StatusCode, message: str):
         return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)
-    return handler
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
+    raise AssertionError(f"a handler of no known shape: {handler!r}")  # never let a call through unchecked

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -63,6 +63,14 @@ class _StoreCollector:
         yield gauge("msgstore_config_generation", "Generation of the applied configuration", st["config_generation"])
         if st["state"] != "running":
             return
+        commits = store.group_commits()
+        if commits is not None:
+            c = CounterMetricFamily("msgstore_group_commits", "SYNC_FLUSH flushes that answered waiting sends")
+            c.add_metric([], commits[0])
+            yield c
+            c = CounterMetricFamily("msgstore_group_commit_requests", "Waiting sends answered by those flushes")
+            c.add_metric([], commits[1])
+            yield c
         yield gauge("msgstore_commitlog_min_offset", "First commit-log byte still stored", st["min_phy_offset"])
         yield gauge("msgstore_commitlog_max_offset", "End of the commit log", st["max_phy_offset"])
         yield gauge("msgstore_commitlog_flushed_offset", "End of what is on disk", st["flushed_phy_offset"])

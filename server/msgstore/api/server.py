@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 DATA_SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MessageStore"]
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
 # Requests whose handlers take the serialized bytes (decoded by the compiled transcoder).
-RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send",)}
+RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send", "SendStream")}
 DEFAULT_PORT = 10911
 DEFAULT_METRICS_PORT = 10912
 
@@ -89,19 +89,12 @@ def _bytes_or_message(response) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-class BadRequest:
-    """Stands in for a request that did not deserialize."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-
 def _safe_parser(cls):
     def parse(data: bytes):
         try:
             return cls.FromString(data)
         except DecodeError:
-            return BadRequest(v.explain_decode_error(cls, data))
+            return v.BadRequest(v.explain_decode_error(cls, data))
 
     return parse
 
@@ -173,7 +166,11 @@ class StoreServer:
         for method in service.methods:
             req_cls = message_factory.GetMessageClass(method.input_type)
             fn = getattr(impl, method.name)
-            if method.name in raw:  # the handler reads and writes wire bytes itself
+            parse = None if method.name in raw else _safe_parser(req_cls)  # raw: the handler reads wire bytes itself
+            if method.client_streaming:
+                handlers[method.name] = grpc.stream_stream_rpc_method_handler(self._wrap_bidi(method.name, fn), parse, _bytes_or_message)
+                continue
+            if method.name in raw:
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(self._wrap_unary(method.name, fn), None, _bytes_or_message)
                 continue
             # handlers may answer with a message or with its serialized bytes (raw pulls)
@@ -189,7 +186,7 @@ class StoreServer:
 
     def _wrap_unary(self, name: str, fn):
         async def handler(request, context):
-            if isinstance(request, BadRequest):
+            if isinstance(request, v.BadRequest):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
             try:
                 return await fn(request, context)
@@ -207,7 +204,7 @@ class StoreServer:
 
     def _wrap_stream(self, name: str, fn):
         async def handler(request, context):
-            if isinstance(request, BadRequest):
+            if isinstance(request, v.BadRequest):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
             try:
                 async for item in fn(request, context):
@@ -215,6 +212,21 @@ class StoreServer:
             except v.InvalidArgument as e:
                 self._count_error(name, "INVALID_ARGUMENT")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
+        return handler
+
+    def _wrap_bidi(self, name: str, fn):
+        """A bidirectional handler that writes with ``context.write`` (a coroutine)."""
+
+        async def handler(requests, context):
+            try:
+                await fn(requests, context)
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as e:  # our bug: the stream ends with INTERNAL, the server keeps serving
+                log.exception("%s failed", name)
+                self._count_error(name, "INTERNAL")
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
 
         return handler
 

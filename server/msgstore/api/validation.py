@@ -23,6 +23,13 @@ DEFAULT_QUERY_RESULTS = 32
 _GROUP_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,255}$")
 
 
+class BadRequest:
+    """Stands in for a request that did not deserialize (its reason names what is wrong)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
 class InvalidArgument(ValueError):
     def __init__(self, field: str, reason: str):
         super().__init__(f"{field}: {reason}")

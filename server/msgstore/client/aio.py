@@ -23,6 +23,7 @@ from .client import (
 )
 from .connection import Security, aio_channel, split_endpoints
 from .routing import KeyQueueDown, Node, QueueRef, Route
+from .stream import AsyncSendStream
 
 
 class AsyncClient:
@@ -42,6 +43,8 @@ class AsyncClient:
         self.timeout = timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._routes: dict[str, Route] = {}
+        self._streams: dict[str, AsyncSendStream] = {}
+        self._unary_only: set[str] = set()
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
@@ -61,6 +64,9 @@ class AsyncClient:
             raise StoreError(e.code(), e.details() or "", node or address) from None
 
     async def close(self) -> None:
+        for stream in self._streams.values():
+            await stream.close()
+        self._streams.clear()
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
@@ -123,24 +129,46 @@ class AsyncClient:
         except LookupError as e:
             raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         while True:
-            req = encode_send(topic, target.queue_id, messages, None, visible)
-            send = self._channel(target.address).unary_unary(
-                "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString
-            )
             try:
-                resp = await send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
-                return [_send_result(r, target.node) for r in resp.results]
-            except grpc.aio.AioRpcError as e:
-                if e.code() not in RETRYABLE or queue is not None:
-                    raise StoreError(e.code(), e.details() or "", target.node) from None
+                results = await self._send_to(target, topic, messages, visible)
+                return [_send_result(r, target.node) for r in results]
+            except StoreError as e:
+                if e.code not in RETRYABLE or queue is not None:
+                    raise
                 route.mark_down(target.address)
                 tried.add(target.address)
                 if key is not None and not reorder:
-                    raise StoreError(e.code(), f"{KeyQueueDown(key, target)} ({e.details()})", target.node) from None
+                    raise StoreError(e.code, f"{KeyQueueDown(key, target)} ({e.details})", target.node) from None
                 route = await self.route(topic, refresh=True)
                 if not [q for q in route.usable() if q.address not in tried]:
-                    raise StoreError(e.code(), e.details() or "", target.node) from None
+                    raise
                 target = route.pick(key, exclude=tried, reorder=reorder)
+
+    async def _send_to(self, target: QueueRef, topic: str, messages: Sequence[OutMessage], visible: bool):
+        """Over the node's SendStream (unary Send to a server without it), as Client._send_to."""
+        req = encode_send(topic, target.queue_id, messages, None, visible)
+        if target.address not in self._unary_only:
+            try:
+                return await self._stream(target).send(req, len(messages), (None, visible), self.timeout)
+            except StoreError as e:
+                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unary_only.add(target.address)
+        send = self._channel(target.address).unary_unary(
+            "/msgstore.v1.MessageStore/Send", request_serializer=None, response_deserializer=pb.SendResponse.FromString
+        )
+        try:
+            return (await send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)).results
+        except grpc.aio.AioRpcError as e:
+            raise StoreError(e.code(), e.details() or "", target.node) from None
+
+    def _stream(self, target: QueueRef) -> AsyncSendStream:
+        stream = self._streams.get(target.address)
+        if stream is None or stream.broken is not None:
+            stream = self._streams[target.address] = AsyncSendStream(
+                self._channel(target.address), target.node, self.security.data_metadata()
+            )
+        return stream
 
     async def pull(
         self,

@@ -20,6 +20,7 @@ from .connection import Security, split_endpoints, sync_channel
 from .errors import StoreError
 from .errors import error_from as _error
 from .routing import KeyQueueDown, Node, QueueRef, Route
+from .stream import SendStream
 
 ROUTE_TTL_S = 10.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -80,16 +81,18 @@ class PullResult:
     node: str = ""
 
 
-def encode_send(topic: str, queue_id: int, messages: Sequence[OutMessage], wait_flush: bool | None, visible: bool = False) -> bytes:
+def encode_send(
+    topic: str, queue_id: int, messages: Sequence[OutMessage], wait_flush: bool | None, visible: bool = False, request_id: int = 0
+) -> bytes:
     """SendRequest bytes: compiled when available (a protobuf object per entry costs more
     than the whole send), else through protobuf. Both produce the same wire format. A string
     that is not UTF-8 (a lone surrogate from a command line) is INVALID_ARGUMENT naming it."""
     try:
         if wire.native is not None:
             return wire.native.encode_send_request(  # type: ignore[no-any-return]
-                topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush), visible
+                topic, queue_id, list(messages), -1 if wait_flush is None else int(wait_flush), visible, request_id
             )
-        req = pb.SendRequest(entries=[m.entry(topic, queue_id) for m in messages], wait_visible=visible)
+        req = pb.SendRequest(entries=[m.entry(topic, queue_id) for m in messages], wait_visible=visible, request_id=request_id)
         if wait_flush is not None:
             req.wait_flush = wait_flush
         return req.SerializeToString()
@@ -165,6 +168,8 @@ class Client:
         self._channels: dict[str, grpc.Channel] = {}
         self._routes: dict[str, Route] = {}
         self._lock = threading.Lock()
+        self._streams: dict[str, SendStream] = {}
+        self._unary_only: set[str] = set()  # servers without SendStream
 
     # ------------------------------------------------------------------ plumbing
 
@@ -198,6 +203,9 @@ class Client:
             raise _error(e, node or address) from None
 
     def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
         for ch in self._channels.values():
             ch.close()
         self._channels.clear()
@@ -285,22 +293,52 @@ class Client:
         except LookupError as e:
             raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
         while True:
-            req = encode_send(topic, target.queue_id, messages, wait_flush, visible)
             try:
-                resp = self._raw_send(target.address)(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)
-                return [_send_result(r, target.node) for r in resp.results]
-            except grpc.RpcError as e:
-                if e.code() not in RETRYABLE or queue is not None:
-                    raise _error(e, target.node) from None
+                results = self._send_to(target, topic, messages, wait_flush, visible)
+                return [_send_result(r, target.node) for r in results]
+            except StoreError as e:
+                if e.code not in RETRYABLE or queue is not None:
+                    raise
                 route.mark_down(target.address)
                 tried.add(target.address)
                 if key is not None and not reorder:
-                    raise StoreError(e.code(), f"{KeyQueueDown(key, target)} ({e.details()})", target.node) from None
+                    raise StoreError(e.code, f"{KeyQueueDown(key, target)} ({e.details})", target.node) from None
                 route = self.route(topic, refresh=True)
                 candidates = [q for q in route.usable() if q.address not in tried]
                 if not candidates:
-                    raise _error(e, target.node) from None
+                    raise
                 target = route.pick(key, exclude=tried, reorder=reorder)
+
+    def _send_to(
+        self, target: QueueRef, topic: str, messages: Sequence[OutMessage], wait_flush: bool | None, visible: bool
+    ) -> Sequence[pb.SendResult]:
+        """One send request to one node: over the node's SendStream, or unary Send to a server
+        that has no SendStream (UNIMPLEMENTED: nothing was stored, so resending is safe)."""
+        req = encode_send(topic, target.queue_id, messages, wait_flush, visible)
+        if target.address not in self._unary_only:
+            try:
+                return self.send_stream(target.address, target.node).send(req, len(messages), (wait_flush, visible), self.timeout)
+            except StoreError as e:
+                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unary_only.add(target.address)
+        try:
+            return self._raw_send(target.address)(req, timeout=self.timeout, metadata=self.security.data_metadata() or None).results
+        except grpc.RpcError as e:
+            raise _error(e, target.node) from None
+
+    def send_stream(self, address: str, node: str = "") -> SendStream:
+        """The node's SendStream, opened on first use and again after it broke."""
+        stream = self._streams.get(address)
+        if stream is None or stream.broken is not None:
+            channel = self.channel(address)
+            with self._lock:
+                stream = self._streams.get(address)
+                if stream is None or stream.broken is not None:
+                    if stream is not None:
+                        stream.close()
+                    stream = self._streams[address] = SendStream(channel, node or address, self.security.data_metadata())
+        return stream
 
     def send_entries(self, address: str, entries: list[pb.SendEntry], node: str = "") -> list[SendResult]:
         resp = self._call(address, "Send", pb.SendRequest(entries=entries), node=node)

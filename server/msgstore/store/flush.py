@@ -111,6 +111,8 @@ class GroupCommitService(ServiceThread):
         self.on_flushed = on_flushed  # the dispatcher's bound moved (it follows the flushed offset)
         self._cond = threading.Condition()
         self._pending: list[FlushRequest] = []
+        self.commits = 0  # flushes that answered requests, and the requests they answered:
+        self.requests_answered = 0  # their ratio says how many acks share one fdatasync
 
     def request(self, end_offset: int) -> FlushRequest:
         req = FlushRequest(end_offset)
@@ -130,6 +132,9 @@ class GroupCommitService(ServiceThread):
     def _flush(self, reqs: list[FlushRequest]) -> None:
         moved = flush_commitlog(self.commitlog, self.checkpoint, self.observers, 0)
         flushed = self.commitlog.flushed_offset
+        if reqs:
+            self.commits += 1
+            self.requests_answered += len(reqs)
         for r in reqs:
             r.done(flushed >= r.end)
         if moved:

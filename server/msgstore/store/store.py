@@ -537,6 +537,11 @@ class MessageStore:
             self.stats["put_failures"] += 1
         return result
 
+    def group_commits(self) -> tuple[int, int] | None:
+        """(flushes that answered waiting sends, sends they answered) under SYNC_FLUSH."""
+        f = self.flusher
+        return (f.commits, f.requests_answered) if isinstance(f, GroupCommitService) else None
+
     def request_flush(self, end_offset: int) -> FlushRequest | None:
         """A group-commit request for everything below ``end_offset`` (None under ASYNC_FLUSH)."""
         if isinstance(self.flusher, GroupCommitService):

@@ -84,14 +84,16 @@ class SendEntry(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., uniq_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("entries", "wait_flush", "wait_visible")
+    __slots__ = ("entries", "wait_flush", "wait_visible", "request_id")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     WAIT_FLUSH_FIELD_NUMBER: _ClassVar[int]
     WAIT_VISIBLE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[SendEntry]
     wait_flush: bool
     wait_visible: bool
-    def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ..., wait_visible: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ..., wait_visible: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error")
@@ -110,12 +112,18 @@ class SendResult(_message.Message):
     def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
-    __slots__ = ("results", "node")
+    __slots__ = ("results", "node", "request_id", "error_code", "error_message")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
     node: str
-    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...
+    request_id: int
+    error_code: int
+    error_message: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., node: _Optional[str] = ..., request_id: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "body", "tags", "keys", "properties", "born_timestamp", "store_timestamp", "born_host", "store_host", "flag", "sys_flag", "reconsume_times", "store_size", "body_crc")

@@ -39,6 +39,11 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.SendRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.SendResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/msgstore.v1.MessageStore/SendStream',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.SendRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.SendResponse.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/msgstore.v1.MessageStore/Pull',
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullRequest.SerializeToString,
@@ -102,6 +107,17 @@ class MessageStoreServicer:
     def Send(self, request, context):
         """Store a batch. Entries for the same (topic, queue) are appended together with consecutive
         queue offsets; each entry gets its own result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """Sends over one long-lived stream: each SendRequest (tagged with request_id) is stored as it
+        arrives, several may share one append and one group-commit flush, and its SendResponse
+        (same request_id) comes back as soon as it is stored (flushed under SYNC_FLUSH), in any
+        order. A request refused as a whole gets error_code/error_message; the stream goes on. At
+        most 1024 requests are in flight per stream: the server reads no more until some answers go.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -189,6 +205,11 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.SendRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.SendResponse.SerializeToString,
             ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.SendRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.SendResponse.SerializeToString,
+            ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullRequest.FromString,
@@ -270,6 +291,33 @@ class MessageStore:
             request,
             target,
             '/msgstore.v1.MessageStore/Send',
+            msgstore_dot_v1_dot_msgstore__pb2.SendRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.SendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/msgstore.v1.MessageStore/SendStream',
             msgstore_dot_v1_dot_msgstore__pb2.SendRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.SendResponse.FromString,
             options,

@@ -209,14 +209,15 @@ cdef class _Growable:
 def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host, long long now_ms, object crc_fn,
                    bytes born_host, object invalid, Py_ssize_t max_entries):
     """Validate a SendRequest and encode its entries as records, one prepared batch per
-    (topic, queue). Returns (groups, wait_flush, wait_visible, entry_count) where groups are
-    (topic, queue_id, Prepared, [entry indices]) and wait_flush is -1 when absent.
+    (topic, queue). Returns (groups, wait_flush, wait_visible, request_id, entry_count) where
+    groups are (topic, queue_id, Prepared, [entry indices]) and wait_flush is -1 when absent.
     Raises ``invalid(field, reason)`` naming the field as ``entries[i].<name>``."""
     cdef const uint8_t* base = &data[0] if data.shape[0] else <const uint8_t*>b""
     cdef Py_ssize_t n = data.shape[0], pos = 0, epos, eend, i, j, k, count = 0
     cdef uint64_t key, v
     cdef int wt, field, wait = -1
     cdef bint visible = False
+    cdef uint64_t request_id = 0
     cdef _Growable entries = _Growable(sizeof(Entry))
     cdef _Growable keys = _Growable(sizeof(Span))
     cdef _Growable props = _Growable(sizeof(Prop))
@@ -255,6 +256,9 @@ def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host
             if read_varint(base, n, &pos, &v) < 0:
                 raise invalid("request", "not a valid msgstore.v1.SendRequest")
             visible = v != 0
+        elif field == 4 and wt == 0:
+            if read_varint(base, n, &pos, &request_id) < 0:
+                raise invalid("request", "not a valid msgstore.v1.SendRequest")
         elif skip_field(base, n, &pos, wt) < 0:
             raise invalid("request", "not a valid msgstore.v1.SendRequest")
     count = entries.count
@@ -365,7 +369,7 @@ def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host
     for g in range(len(group_keys)):
         groups.append(_encode_group(base, <Entry*>entries.data, count, g, group_keys[g], <Span*>keys.data,
                                     <Prop*>props.data, store_host, born_host, sf, now_ms, crc_fn, wait))
-    return groups, wait, visible, count
+    return groups, wait, visible, request_id, count
 
 
 cdef int _check_entry(const uint8_t* base, Entry* e, Py_ssize_t i, Span* keys, Prop* props, long long max_body,
@@ -579,7 +583,8 @@ cdef inline char* put_bytes_field(char* w, uint8_t tag, const char* s, Py_ssize_
     return w + n
 
 
-def encode_send_request(str topic, int queue_id, list messages, int wait_flush, bint wait_visible=False):
+def encode_send_request(str topic, int queue_id, list messages, int wait_flush, bint wait_visible=False,
+                        uint64_t request_id=0):
     """SendRequest wire bytes for OutMessage-like objects (body, key, keys, tags,
     properties, uniq_key, flag) sent to one (topic, queue)."""
     cdef Py_ssize_t tlen, blen, n, total = 0, elen, klen, vlen, mlen, i
@@ -629,6 +634,8 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
         total += 2
     if wait_visible:
         total += 2
+    if request_id:
+        total += 1 + varint_len(request_id)
     out = PyBytes_FromStringAndSize(NULL, total)
     w = PyBytes_AS_STRING(out)
     for i in range(len(messages)):
@@ -678,10 +685,14 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
     if wait_visible:
         w[0] = 0x18
         w[1] = 1
+        w += 2
+    if request_id:
+        w[0] = 0x20
+        w = put_varint(w + 1, request_id)
     return out
 
 
-def encode_send_response(Py_ssize_t n, str node, list groups):
+def encode_send_response(Py_ssize_t n, str node, list groups, uint64_t request_id=0):
     """SendResponse wire bytes. ``groups``: (entry indices, status, queue_id, first queue
     offset or -1, first phy offset, sizes, store host bytes, error) — a stored group gets
     consecutive offsets and ids, a failed one its status and error for each entry."""
@@ -730,6 +741,8 @@ def encode_send_response(Py_ssize_t n, str node, list groups):
                 qoff += 1
     node_b = node.encode("utf-8")
     tail = (b"\x12" + _varint_bytes(len(node_b)) + node_b) if node_b else b""
+    if request_id:
+        tail += b"\x18" + _varint_bytes(request_id)
     return b"".join(parts) + tail
 
 
