@@ -59,12 +59,17 @@ def scale_down_blocker(removed: list[PodView]) -> str | None:
             return f"{p.name} does not answer ({p.error or 'no address'}); its messages cannot be checked"
         lag = {g: n for g, n in (p.store.get("consumer_lag") or {}).items() if int(n) > 0}
         if lag:
-            worst = ", ".join(f"{g}: {n}" for g, n in sorted(lag.items()))
+            live = p.store.get("group_members") or {}
+            worst = ", ".join(f"{g}: {n}{_members_note(int(live.get(g, 0)))}" for g, n in sorted(lag.items()))
             return f"{p.name} holds messages not yet consumed by {worst}"
         held = int(p.store.get("messages_held", 0))
         if held and not p.store.get("consumer_lag"):
             return f"{p.name} holds {held} messages and no consumer group has read them"
     return None
+
+
+def _members_note(n: int) -> str:
+    return f" ({n} live member{'s' if n != 1 else ''})" if n else " (no live member)"
 
 
 def pending_pods(pods: list[PodView]) -> list[str]:

@@ -237,12 +237,16 @@ def cmd_pull(args) -> int:
         wanted = {q.node for q in chosen} | {q.address for q in chosen}
         skipped = [s for s in unread if s.split(" ", 1)[0] in wanted]  # down nodes whose queues were asked for
         queues = [q for q in chosen if q in offsets]
-        consumer = Consumer(c, args.group, args.topic, tag_filter=args.tag_filter, max_messages=min(args.max, 1024))
+        # a reader for the group, not a member of it: it takes no queue from the group's members
+        consumer = Consumer(c, None, args.topic, tag_filter=args.tag_filter, max_messages=min(args.max, 1024))
+        consumer.positions = _start_positions(c, args.topic, queues, args.start or "earliest", offsets)
         if args.group and args.start is None:  # resume where the group left off
-            consumer.positions = {q: off for q, off in consumer.positions.items() if q in queues}
-        else:
-            consumer.positions = _start_positions(c, args.topic, queues, args.start or "earliest", offsets)
+            for q in queues:
+                done = c.committed(args.group, args.topic, q)
+                if done >= 0:
+                    consumer.positions[q] = done
         out = MessagePrinter(args.json)
+        committed: dict[Any, int] = {}
         try:
             while True:
                 batch = consumer.poll(timeout=1.0 if args.follow else 0)
@@ -262,7 +266,10 @@ def cmd_pull(args) -> int:
                     # shown message; a queue with nothing shown keeps its committed offset
                     commit = {q: consumer.positions[q] if left.get(q, 0) == 0 else printed[q] for q in printed}
                     commit.update({q: pos for q, pos in consumer.positions.items() if q not in left})
-                    consumer.commit(commit)
+                    for q, off in commit.items():
+                        if committed.get(q) != off:
+                            c.commit(args.group, args.topic, q, off)
+                            committed[q] = off
                 if not args.follow and (not batch or out.count >= args.max):
                     if out.count >= args.max and batch:
                         _note(f"stopped after {args.max} messages (--max); more may follow")
@@ -311,6 +318,78 @@ def cmd_topics(args) -> int:
         ["topic", "queues"],
     )
     return _partial(skipped, "its topics are not listed")
+
+
+def group_report(found) -> list[dict[str, Any]]:
+    """``describe_groups`` answers of every node as one record per group: its members (as any
+    node knows them) and every queue with holder, committed offset, max offset and lag."""
+    groups: dict[str, dict[str, Any]] = {}
+    for node, info in found:
+        g = groups.setdefault(info.name, {"group": info.name, "members": {}, "queues": [], "lag": 0})
+        host_of = {m.client_id: m.host for m in info.members}
+        for m in info.members:
+            g["members"].setdefault(
+                m.client_id,
+                {
+                    "client_id": m.client_id,
+                    "host": m.host,
+                    "topics": list(m.topics),
+                    "mode": "broadcasting" if m.broadcasting else "clustering",
+                },
+            )
+        for q in info.queues:
+            g["queues"].append(
+                {
+                    "topic": q.topic,
+                    "node": node.name,
+                    "queue": q.queue_id,
+                    "member": q.holder,
+                    "host": host_of.get(q.holder, ""),
+                    "committed": q.committed,
+                    "max": q.max_offset,
+                    "lag": q.lag,
+                }
+            )
+            g["lag"] += q.lag
+    out = []
+    for name in sorted(groups):
+        g = groups[name]
+        g["members"] = sorted(g["members"].values(), key=lambda m: m["client_id"])
+        g["queues"].sort(key=lambda q: (q["topic"], q["node"], q["queue"]))
+        out.append(g)
+    return out
+
+
+def cmd_groups(args) -> int:
+    skipped: list[str] = []
+    with _client(args) as c:
+        report = group_report(c.describe_groups(args.group or "", skipped=skipped))
+    if args.json:
+        _emit(args, report)
+    else:
+        rows = []
+        for g in report:
+            for q in g["queues"]:
+                committed = q["committed"] if q["committed"] >= 0 else "-"
+                rows.append({"group": g["group"], **q, "member": q["member"] or "-", "committed": committed})
+            held = {q["member"] for q in g["queues"]}
+            for m in g["members"]:
+                if m["client_id"] not in held:  # a member with no queue (more members than queues, or broadcasting)
+                    rows.append(
+                        {
+                            "group": g["group"],
+                            "topic": ",".join(m["topics"]),
+                            "node": "-",
+                            "queue": "-",
+                            "member": m["client_id"],
+                            "host": m["host"],
+                        }
+                    )
+        if not rows:
+            print("no consumer groups" + (f" named {args.group}" if args.group else ""))
+        else:
+            print(_table(rows, ["group", "topic", "node", "queue", "member", "host", "committed", "max", "lag"]))
+    return _partial(skipped, "its queues are not listed")
 
 
 def cmd_route(args) -> int:
@@ -697,6 +776,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queues", type=int, default=0)
     _connection_options(s)
     s.set_defaults(fn=cmd_topics)
+
+    s = sub.add_parser("groups", help="consumer groups: members, the queues each holds, committed offsets and lag")
+    s.add_argument("group", nargs="?", help="only this group")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_groups)
 
     s = sub.add_parser("route", help="the nodes of the store")
     s.add_argument("topic", nargs="?")

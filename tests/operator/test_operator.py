@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 
 from msgstore.client import Client, OutMessage
+from msgstore.v1 import msgstore_pb2 as pb
 from msgstore_operator import kube as kubemod
 from msgstore_operator.reconcile import Reconciler
 from tests.operator.conftest import ApiServer
@@ -219,10 +220,12 @@ async def test_scale_up_then_scale_down_blocked_until_consumed(env):
     c.send_batch("work", [OutMessage(b"job-%d" % i) for i in range(5)], queue=q)
     c.pull("work", q, 4, timeout_ms=3000)
     c.commit("billing", "work", q, 2)  # 3 not consumed yet
+    member = pb.HeartbeatRequest(group="billing", client_id="worker-1", topics=["work"], expiry_ms=600_000)
+    c.heartbeat(q.address, member)  # a live member of the group on that node
     await env.patch(spec={"replicas": 1})
     await env.until(lambda: env.condition("ScaleDownBlocked").get("status") == "True", what="ScaleDownBlocked")
     msg = env.condition("ScaleDownBlocked")["message"]
-    assert "orders-1" in msg and "billing: 3" in msg
+    assert "orders-1" in msg and "billing: 3 (1 live member)" in msg, msg
     assert env.obj(STS, "orders")["spec"]["replicas"] == 2 and "orders-1" in env.cluster.containers
     c.commit("billing", "work", q, 5)
     await env.until(lambda: env.obj(STS, "orders")["spec"]["replicas"] == 1, what="the scale down")

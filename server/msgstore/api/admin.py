@@ -76,7 +76,8 @@ class ControlPlane:
             out.index_files = st["index_files"]
             out.topics = st["topics"]
             out.messages_held = st["messages_held"]
-            out.consumer_lag.update(st["consumer_lag"])
+            out.consumer_lag.update(st["consumer_lag"])  # the same progress DescribeGroups shows
+            out.group_members.update({g.name: len(g.members) for g in self.server.groups.all() if g.members})
         return out
 
     async def GetConfig(self, request, context) -> apb.ConfigResponse:

@@ -37,7 +37,7 @@ def message_to_pb(m: codec.StoredMessage) -> pb.Message:
     )
 
 
-def _varint(v: int) -> bytes:
+def varint(v: int) -> bytes:
     v &= (1 << 64) - 1
     out = bytearray()
     while v >= 0x80:
@@ -53,15 +53,15 @@ def raw_pull_response(result) -> bytes:
     head = bytearray()
     status = PULL_STATUS[result.status]
     if status:
-        head += b"\x08" + _varint(status)
+        head += b"\x08" + varint(status)
     for tag, value in ((0x10, result.next_offset), (0x18, result.min_offset), (0x20, result.max_offset)):
         if value:
             head.append(tag)
-            head += _varint(value)
+            head += varint(value)
     count = len(result)
     if count:
         head.append(0x38)
-        head += _varint(count)
+        head += varint(count)
         head.append(0x32)
-        head += _varint(result.buffer_total)
+        head += varint(result.buffer_total)
     return b"".join([head, *result.buffers])

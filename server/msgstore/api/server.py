@@ -34,6 +34,7 @@ from ..v1 import admin_pb2, msgstore_pb2
 from . import validation as v
 from .admin import ControlPlane
 from .auth import TokenInterceptor, TokenSource
+from .groups import GroupRegistry
 from .longpoll import ArrivalWaiters
 from .metrics import Metrics
 from .route import DuplicateNodeName, PeerDirectory
@@ -119,6 +120,7 @@ class StoreServer:
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.waiters: ArrivalWaiters | None = None
+        self.groups = GroupRegistry()  # consumer group members and queue holders (in memory)
         self.peers: PeerDirectory | None = None
         self.bound_port: int | None = None
 

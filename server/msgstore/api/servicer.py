@@ -17,7 +17,8 @@ from ..store import GetStatus, PutStatus, Unavailable
 from ..store.results import GetResult
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
-from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response
+from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
+from .group_service import GroupHandlers
 from .route import DuplicateNodeName
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Pulled:
     count: int
 
 
-class DataPlane:
+class DataPlane(GroupHandlers):
     def __init__(self, server: StoreServer):
         self.server = server
 
@@ -103,6 +104,7 @@ class DataPlane:
         (see server.RAW_REQUESTS), else a parsed message."""
         await self._ready(context)
         accepted = self._accept(request, _peer_host(context))
+        self.store.dispatcher.wakeup()  # consumers see the batch without waiting for a poll
         try:
             return await self._complete(accepted)
         except Refused as e:
@@ -149,6 +151,7 @@ class DataPlane:
                     await write(_refusal(_request_id(request), grpc.StatusCode.INVALID_ARGUMENT, str(e)))
                     continue
                 if accepted.waits:
+                    self.store.dispatcher.wakeup()
                     task = asyncio.ensure_future(answer_later(accepted))
                     waiting.add(task)
                     task.add_done_callback(waiting.discard)
@@ -158,6 +161,9 @@ class DataPlane:
                 except Refused as e:
                     answer = _refusal(accepted.request_id, e.code, e.message)
                 await write(answer)
+                # after the answer is out, not before: the dispatcher then runs while the
+                # sender reads it, instead of holding the GIL between our append and our answer
+                self.store.dispatcher.wakeup()
             if waiting:
                 await asyncio.gather(*waiting)
         finally:
@@ -193,7 +199,6 @@ class DataPlane:
         # batches, without parking a thread, so many requests share each fdatasync.
         sync = store.config.flushDiskType == "SYNC_FLUSH"
         outcomes = self._append_groups(groups, defer_flush=sync)
-        store.dispatcher.wakeup()  # once per request: consumers see the batch without waiting a poll
         return Accepted(groups, outcomes, n, request_id, sync, visible, t0)
 
     async def _complete(self, a: Accepted) -> bytes | pb.SendResponse:
@@ -343,6 +348,12 @@ class DataPlane:
         if request.group:
             v.check_group(request.group)
         outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
+        if request.group:  # members notice a membership change at their next pull
+            generation = self.server.groups.generation(request.group)
+            if generation:
+                if isinstance(outcome.response, bytes):
+                    return outcome.response + b"\x40" + varint(generation)
+                outcome.response.group_generation = generation
         return outcome.response
 
     async def _pull(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, timeout, raw, context) -> Pulled:

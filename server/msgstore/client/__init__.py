@@ -7,13 +7,17 @@ with Client("127.0.0.1:10911") as c:
 
 from .admin import AdminClient
 from .aio import AsyncClient
+from .aio_consumer import AsyncConsumer
 from .client import Client, OutMessage, PullResult, SendResult, StoreError
-from .consumer import Consumer, ConsumerRecord
+from .consumer import BROADCASTING, CLUSTERING, Consumer, ConsumerRecord
 from .producer import Producer
 from .routing import Node, QueueRef, Route
 
 __all__ = [
     "AsyncClient",
+    "AsyncConsumer",
+    "BROADCASTING",
+    "CLUSTERING",
     "AdminClient",
     "Client",
     "OutMessage",

@@ -194,6 +194,14 @@ class AsyncClient:
         resp = await self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
         return pull_result(resp, queue.node)
 
+    async def heartbeat(
+        self, address: str, request: pb.HeartbeatRequest, node: str = "", timeout: float | None = None
+    ) -> pb.HeartbeatResponse:
+        return await self._call(address, "Heartbeat", request, timeout=timeout, node=node)  # type: ignore[no-any-return]
+
+    async def unregister(self, address: str, group: str, client_id: str, node: str = "") -> None:
+        await self._call(address, "Unregister", pb.UnregisterRequest(group=group, client_id=client_id), timeout=5.0, node=node)
+
     async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
         await self._call(
             queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset)
@@ -205,11 +213,16 @@ class AsyncClient:
         )
         return resp.offset
 
-    async def queue_offsets(self, topic: str) -> dict[QueueRef, tuple[int, int]]:
+    async def queue_offsets(self, topic: str, skip_unavailable: bool = False) -> dict[QueueRef, tuple[int, int]]:
         out = {}
         for n in (await self.route(topic)).nodes:
             if n.ready:
-                resp = await self._call(n.address, "GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic), node=n.name)
+                try:
+                    resp = await self._call(n.address, "GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic), node=n.name)
+                except StoreError as e:
+                    if skip_unavailable and e.code in RETRYABLE:
+                        continue
+                    raise
                 for q in resp.queues:
                     out[QueueRef(n.name, n.address, q.queue_id)] = (q.min_offset, q.max_offset)
         return out

@@ -79,6 +79,7 @@ class PullResult:
     max_offset: int
     messages: list[codec.StoredMessage]
     node: str = ""
+    group_generation: int = 0  # with a group: its membership generation on the node
 
 
 def encode_send(
@@ -144,7 +145,9 @@ decode_records = codec.decode_records  # a raw pull's messages
 
 def pull_result(resp: pb.PullResponse, node: str) -> PullResult:
     msgs = decode_records(resp.records) if resp.records else []
-    return PullResult(pb.PullStatus.Name(resp.status), resp.next_offset, resp.min_offset, resp.max_offset, msgs, node)
+    return PullResult(
+        pb.PullStatus.Name(resp.status), resp.next_offset, resp.min_offset, resp.max_offset, msgs, node, resp.group_generation
+    )
 
 
 class Client:
@@ -478,6 +481,20 @@ class Client:
             pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id),
             node=queue.node,
         ).offset
+
+    # ------------------------------------------------------------------ groups
+
+    def heartbeat(self, address: str, request: pb.HeartbeatRequest, node: str = "", timeout: float | None = None) -> pb.HeartbeatResponse:
+        return self._call(address, "Heartbeat", request, timeout=timeout, node=node)  # type: ignore[no-any-return]
+
+    def unregister(self, address: str, group: str, client_id: str, node: str = "") -> None:
+        self._call(address, "Unregister", pb.UnregisterRequest(group=group, client_id=client_id), timeout=5.0, node=node)
+
+    def describe_groups(self, group: str = "", *, skipped: list[str] | None = None) -> list[tuple[Node, pb.GroupInfo]]:
+        """Every node's view of its consumer groups (``skipped``: see ``_each_node``)."""
+        req = pb.DescribeGroupsRequest(group=group)
+        found = self._each_node("", lambda n: self._call(n.address, "DescribeGroups", req, node=n.name), skipped)
+        return [(n, g) for n, resp in found for g in resp.groups]
 
     # ------------------------------------------------------------------ topics
 

@@ -150,3 +150,14 @@ class GetResult:
         return (
             f"GetResult({self.status.name}, next={self.next_offset}, n={len(self.buffers)}, min={self.min_offset}, max={self.max_offset})"
         )
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    """A consumer group's progress on one queue of this store."""
+
+    queue_id: int
+    committed: int  # -1: never committed
+    min_offset: int
+    max_offset: int
+    lag: int

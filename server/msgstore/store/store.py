@@ -28,7 +28,7 @@ from .layout import StoreLayout
 from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error
 from .queue_table import QueueTable
 from .recovery import Recovery, RecoveryReport
-from .results import GetResult, GetStatus, PutResult, PutStatus, Unavailable, failed
+from .results import GetResult, GetStatus, PutResult, PutStatus, QueueProgress, Unavailable, failed
 from .running_flags import RunningFlags
 from .segment import Syncer, msync
 from .service import PacedService, PeriodicService, ServiceThread
@@ -744,19 +744,33 @@ class MessageStore:
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         return self.offsets.query(group, topic, queue_id)
 
-    def consumer_lag(self) -> dict[str, int]:
-        """Messages not yet consumed per known consumer group, over the topics it consumes
-        (a queue it never committed on counts from the queue's start)."""
-        lag: dict[str, int] = {}
-        for key, qmap in list(self.offsets.table.items()):
+    def committed_groups(self) -> dict[str, set[str]]:
+        """group → the topics it committed on here."""
+        out: dict[str, set[str]] = {}
+        for key in list(self.offsets.table):
             topic, _, group = key.partition("@")
-            total = 0
-            for qid in self.queues_of(topic):
-                cq = self.consume_queue(topic, qid)
-                if cq is not None:
-                    total += max(0, cq.max_offset - max(qmap.get(qid, cq.min_offset), cq.min_offset))
-            lag[group] = lag.get(group, 0) + total
-        return lag
+            out.setdefault(group, set()).add(topic)
+        return out
+
+    def group_progress(self, group: str, topic: str, queue_ids: Iterable[int] | None = None) -> list[QueueProgress]:
+        """Per queue of the topic here: the group's committed offset and its lag (a queue it
+        never committed on counts from the queue's start). What ``msgstore groups``, the
+        operator's scale-down guard and ``consumer_lag`` all read."""
+        qmap = self.offsets.offsets_of_group(group).get(topic, {})
+        out = []
+        for qid in self.queues_of(topic) if queue_ids is None else queue_ids:
+            cq = self.consume_queue(topic, qid)
+            lo, hi = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+            committed = qmap.get(qid, -1)
+            out.append(QueueProgress(qid, committed, lo, hi, max(0, hi - max(committed, lo))))
+        return out
+
+    def consumer_lag(self) -> dict[str, int]:
+        """Messages not yet consumed per group that committed here, over the topics it consumes."""
+        return {
+            group: sum(p.lag for topic in sorted(topics) for p in self.group_progress(group, topic))
+            for group, topics in sorted(self.committed_groups().items())
+        }
 
     def messages_held(self) -> int:
         """Messages still stored (between every queue's min and max offsets)."""

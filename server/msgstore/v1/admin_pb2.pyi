@@ -41,7 +41,7 @@ class Recovery(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., state: _Optional[str] = ..., progress: _Optional[float] = ..., duration_ms: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., bytes_truncated: _Optional[int] = ..., records_scanned: _Optional[int] = ..., index_files_destroyed: _Optional[int] = ..., index_rebuilt_from: _Optional[int] = ..., commitlog_end: _Optional[int] = ..., damage: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., started_ms: _Optional[int] = ...) -> None: ...
 
 class StoreStatus(_message.Message):
-    __slots__ = ("node", "state", "recovery", "min_phy_offset", "max_phy_offset", "flushed_phy_offset", "disk_usage", "disk_full", "dispatch_behind_bytes", "commitlog_segments", "consume_queues", "index_files", "topics", "config_generation", "config", "pending_restart", "writable", "unavailable", "version", "flush_disk_type", "messages_held", "consumer_lag")
+    __slots__ = ("node", "state", "recovery", "min_phy_offset", "max_phy_offset", "flushed_phy_offset", "disk_usage", "disk_full", "dispatch_behind_bytes", "commitlog_segments", "consume_queues", "index_files", "topics", "config_generation", "config", "pending_restart", "writable", "unavailable", "version", "flush_disk_type", "messages_held", "consumer_lag", "group_members")
     class ConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,13 @@ class StoreStatus(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     class ConsumerLagEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class GroupMembersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +92,7 @@ class StoreStatus(_message.Message):
     FLUSH_DISK_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_HELD_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_LAG_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     node: str
     state: str
     recovery: Recovery
@@ -107,7 +115,8 @@ class StoreStatus(_message.Message):
     flush_disk_type: str
     messages_held: int
     consumer_lag: _containers.ScalarMap[str, int]
-    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., min_phy_offset: _Optional[int] = ..., max_phy_offset: _Optional[int] = ..., flushed_phy_offset: _Optional[int] = ..., disk_usage: _Optional[float] = ..., disk_full: _Optional[bool] = ..., dispatch_behind_bytes: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., topics: _Optional[int] = ..., config_generation: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., pending_restart: _Optional[_Mapping[str, str]] = ..., writable: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., messages_held: _Optional[int] = ..., consumer_lag: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    group_members: _containers.ScalarMap[str, int]
+    def __init__(self, node: _Optional[str] = ..., state: _Optional[str] = ..., recovery: _Optional[_Union[Recovery, _Mapping]] = ..., min_phy_offset: _Optional[int] = ..., max_phy_offset: _Optional[int] = ..., flushed_phy_offset: _Optional[int] = ..., disk_usage: _Optional[float] = ..., disk_full: _Optional[bool] = ..., dispatch_behind_bytes: _Optional[int] = ..., commitlog_segments: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., topics: _Optional[int] = ..., config_generation: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., pending_restart: _Optional[_Mapping[str, str]] = ..., writable: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., messages_held: _Optional[int] = ..., consumer_lag: _Optional[_Mapping[str, int]] = ..., group_members: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GetConfigRequest(_message.Message):
     __slots__ = ()

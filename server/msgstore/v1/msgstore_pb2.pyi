@@ -195,7 +195,7 @@ class PullRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_filter: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., group: _Optional[str] = ..., raw: _Optional[bool] = ...) -> None: ...
 
 class PullResponse(_message.Message):
-    __slots__ = ("status", "next_offset", "min_offset", "max_offset", "messages", "records", "record_count")
+    __slots__ = ("status", "next_offset", "min_offset", "max_offset", "messages", "records", "record_count", "group_generation")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +203,7 @@ class PullResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_GENERATION_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     next_offset: int
     min_offset: int
@@ -210,7 +211,8 @@ class PullResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     records: bytes
     record_count: int
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...
+    group_generation: int
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ..., group_generation: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "max_messages", "tag_filter", "group", "raw")
@@ -393,3 +395,109 @@ class GetRouteResponse(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeRoute]
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeRoute, _Mapping]]] = ...) -> None: ...
+
+class QueueKey(_message.Message):
+    __slots__ = ("topic", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("group", "client_id", "topics", "expiry_ms", "claims", "broadcasting")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRY_MS_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    BROADCASTING_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    client_id: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    expiry_ms: int
+    claims: _containers.RepeatedCompositeFieldContainer[QueueKey]
+    broadcasting: bool
+    def __init__(self, group: _Optional[str] = ..., client_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., expiry_ms: _Optional[int] = ..., claims: _Optional[_Iterable[_Union[QueueKey, _Mapping]]] = ..., broadcasting: _Optional[bool] = ...) -> None: ...
+
+class GroupMember(_message.Message):
+    __slots__ = ("client_id", "topics", "host", "expires_in_ms", "broadcasting")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    BROADCASTING_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    host: str
+    expires_in_ms: int
+    broadcasting: bool
+    def __init__(self, client_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., host: _Optional[str] = ..., expires_in_ms: _Optional[int] = ..., broadcasting: _Optional[bool] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("generation", "members", "granted", "node")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    granted: _containers.RepeatedCompositeFieldContainer[QueueKey]
+    node: str
+    def __init__(self, generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., granted: _Optional[_Iterable[_Union[QueueKey, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...
+
+class UnregisterRequest(_message.Message):
+    __slots__ = ("group", "client_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class UnregisterResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeGroupsRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class GroupQueue(_message.Message):
+    __slots__ = ("topic", "queue_id", "holder", "committed", "min_offset", "max_offset", "lag")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    holder: str
+    committed: int
+    min_offset: int
+    max_offset: int
+    lag: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., holder: _Optional[str] = ..., committed: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class GroupInfo(_message.Message):
+    __slots__ = ("name", "generation", "members", "queues")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    generation: int
+    members: _containers.RepeatedCompositeFieldContainer[GroupMember]
+    queues: _containers.RepeatedCompositeFieldContainer[GroupQueue]
+    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[GroupQueue, _Mapping]]] = ...) -> None: ...
+
+class DescribeGroupsResponse(_message.Message):
+    __slots__ = ("groups", "node")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
+    node: str
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...

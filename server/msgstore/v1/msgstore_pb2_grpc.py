@@ -99,6 +99,21 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.GetRouteRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.GetRouteResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/msgstore.v1.MessageStore/Heartbeat',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.Unregister = channel.unary_unary(
+                '/msgstore.v1.MessageStore/Unregister',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.UnregisterRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UnregisterResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/msgstore.v1.MessageStore/DescribeGroups',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class MessageStoreServicer:
@@ -197,6 +212,31 @@ class MessageStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """A consumer group member says it is alive (every few seconds, to every node of the route) and
+        claims the queues of this node it was allocated. The answer lists the group's live members
+        (what every member allocates from) and the claims granted: a queue is held by one live
+        member at a time, so a claim waits until the holder releases it (by leaving it out of its
+        claims, after committing) or leaves the group (unregistered, or no heartbeat for expiry_ms).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unregister(self, request, context):
+        """A member leaves (a clean close): its queues on this node are free at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Consumer groups on this node: live members, and per queue its holder, committed offset and lag.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -264,6 +304,21 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     servicer.GetRoute,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.GetRouteRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.GetRouteResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.HeartbeatRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Unregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unregister,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UnregisterRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.UnregisterResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -617,6 +672,87 @@ class MessageStore:
             '/msgstore.v1.MessageStore/GetRoute',
             msgstore_dot_v1_dot_msgstore__pb2.GetRouteRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.GetRouteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/Heartbeat',
+            msgstore_dot_v1_dot_msgstore__pb2.HeartbeatRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/Unregister',
+            msgstore_dot_v1_dot_msgstore__pb2.UnregisterRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.UnregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/DescribeGroups',
+            msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,94 @@
+"""The consumer-group RPCs: Heartbeat, Unregister, DescribeGroups (see api/groups.py)."""
+
+from __future__ import annotations
+
+import re
+
+from ..v1 import msgstore_pb2 as pb
+from . import validation as v
+from .groups import MAX_EXPIRY_MS, Group, GroupRegistry
+
+_CLIENT_ID = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def check_client_id(client_id: str) -> str:
+    if not _CLIENT_ID.match(client_id or ""):
+        raise v.InvalidArgument("client_id", "must be 1-255 printable ASCII characters without spaces")
+    return client_id
+
+
+def _members(registry: GroupRegistry, g: Group) -> list[pb.GroupMember]:
+    return [
+        pb.GroupMember(
+            client_id=m.client_id, topics=m.topics, host=m.host, expires_in_ms=registry.expires_in_ms(m), broadcasting=m.broadcasting
+        )
+        for _, m in sorted(g.members.items())
+    ]
+
+
+class GroupHandlers:
+    """Mixed into the data plane: ``self.server`` (registry, node name) and ``self.store``."""
+
+    server: object
+    store: object
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context) -> pb.HeartbeatResponse:
+        await self._ready(context)  # type: ignore[attr-defined]
+        group = v.check_group(request.group)
+        client_id = check_client_id(request.client_id)
+        topics = [v.check_topic(t, f"topics[{i}]") for i, t in enumerate(request.topics)]
+        v.check_range(request.expiry_ms, "expiry_ms", 0, MAX_EXPIRY_MS)
+        claims = []
+        for i, c in enumerate(request.claims):
+            topic = v.check_topic(c.topic, f"claims[{i}].topic")
+            qid = v.check_queue_id(c.queue_id, f"claims[{i}].queue_id")
+            limit = self.server.queue_count(topic)  # type: ignore[attr-defined]
+            if qid >= limit:
+                raise v.InvalidArgument(f"claims[{i}].queue_id", f"{qid} is out of range: topic {topic} has {limit} queues")
+            claims.append((topic, qid))
+        registry: GroupRegistry = self.server.groups  # type: ignore[attr-defined]
+        g, granted = registry.heartbeat(
+            group, client_id, topics, context.peer() if context is not None else "", request.expiry_ms, claims, request.broadcasting
+        )
+        return pb.HeartbeatResponse(
+            generation=g.generation,
+            members=_members(registry, g),
+            granted=[pb.QueueKey(topic=t, queue_id=q) for t, q in sorted(granted)],
+            node=self.server.node_name,  # type: ignore[attr-defined]
+        )
+
+    async def Unregister(self, request: pb.UnregisterRequest, context) -> pb.UnregisterResponse:
+        await self._ready(context)  # type: ignore[attr-defined]
+        self.server.groups.unregister(v.check_group(request.group), check_client_id(request.client_id))  # type: ignore[attr-defined]
+        return pb.UnregisterResponse()
+
+    async def DescribeGroups(self, request: pb.DescribeGroupsRequest, context) -> pb.DescribeGroupsResponse:
+        await self._ready(context)  # type: ignore[attr-defined]
+        wanted = v.check_group(request.group) if request.group else None
+        registry: GroupRegistry = self.server.groups  # type: ignore[attr-defined]
+        store = self.store
+        live = {g.name: g for g in registry.all()}
+        committed = store.committed_groups()  # type: ignore[attr-defined]
+        out = pb.DescribeGroupsResponse(node=self.server.node_name)  # type: ignore[attr-defined]
+        for name in sorted(set(live) | set(committed)):
+            if wanted is not None and name != wanted:
+                continue
+            g = live.get(name) or Group(name)
+            if not g.members and name not in committed:
+                continue  # every member left and it never committed: forgotten
+            topics = set(committed.get(name, ())) | {t for m in g.members.values() for t in m.topics}
+            info = pb.GroupInfo(name=name, generation=g.generation, members=_members(registry, g))
+            for topic in sorted(topics):
+                queue_ids = range(self.server.queue_count(topic))  # type: ignore[attr-defined]
+                for p in store.group_progress(name, topic, queue_ids):  # type: ignore[attr-defined]
+                    info.queues.add(
+                        topic=topic,
+                        queue_id=p.queue_id,
+                        holder=g.owners.get((topic, p.queue_id), ""),
+                        committed=p.committed,
+                        min_offset=p.min_offset,
+                        max_offset=p.max_offset,
+                        lag=p.lag,
+                    )
+            out.groups.append(info)
+        return out

@@ -1,0 +1,230 @@
+"""The asyncio consumer: :class:`~msgstore.client.consumer.Consumer`'s group behaviour (clustering
+or broadcasting, hand-over with a commit first, start at the committed offset) on AsyncClient.
+The heartbeat is a task on the same loop, so it keeps going while ``poll`` waits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from .aio import AsyncClient
+from .client import PullResult, StoreError
+from .consumer import CLAIM_RETRY_S, ConsumerRecord
+from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
+from .routing import QueueRef
+
+
+class AsyncConsumer:
+    def __init__(
+        self,
+        client: AsyncClient,
+        group: str | None,
+        topic: str,
+        *,
+        start: str = "earliest",
+        max_messages: int = 256,
+        long_poll_ms: int = 1000,
+        mode: str = CLUSTERING,
+        client_id: str | None = None,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        expiry_s: float = DEFAULT_EXPIRY_S,
+    ):
+        """As :class:`Consumer`; call ``await start()`` (or use ``async with``) before polling."""
+        if start not in ("earliest", "latest"):
+            raise ValueError("start must be 'earliest' or 'latest'")
+        self.client = client
+        self.group = group
+        self.topic = topic
+        self.start_at = start
+        self.max_messages = max_messages
+        self.long_poll_ms = long_poll_ms
+        self.positions: dict[QueueRef, int] = {}
+        self._committed: dict[QueueRef, int] = {}
+        self.membership: Membership | None = None
+        self.progress_group = group
+        if group is not None:
+            self.membership = Membership(group, topic, client_id or default_client_id(), mode, heartbeat_s, expiry_s)
+            if mode == BROADCASTING:
+                self.progress_group = broadcast_group(group, self.membership.client_id)
+        self._allocated_for: tuple[str, ...] | None = None
+        self._pending: set[QueueRef] = set()
+        self._retry_at = 0.0
+        self._recheck = False
+        self._beat_lock = asyncio.Lock()
+        self._beats: asyncio.Task | None = None
+        self._closed = False
+
+    @property
+    def clustering(self) -> bool:
+        return self.membership is not None and self.membership.clustering
+
+    async def start(self) -> AsyncConsumer:
+        if not self.clustering:
+            await self._start_positions((await self.client.route(self.topic, refresh=True)).queues)
+        if self.membership is not None:
+            await self.heartbeat()
+            self._beats = asyncio.ensure_future(self._beat_loop())
+        return self
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def heartbeat(self) -> None:
+        m = self.membership
+        if m is None:
+            return
+        async with self._beat_lock:
+            try:
+                route = await self.client.route(self.topic)
+            except StoreError:
+                return
+            leader = Membership.leading(route.nodes)
+            for node in route.nodes:
+                if node.ready:
+                    try:
+                        resp = await self.client.heartbeat(
+                            node.address, m.request(node.address), node=node.name, timeout=min(5.0, m.expiry_s / 2)
+                        )
+                    except StoreError:
+                        continue
+                    m.absorb(node, resp, leader is not None and node.address == leader.address)
+
+    async def _beat_loop(self) -> None:
+        m = self.membership
+        assert m is not None
+        while True:
+            await asyncio.sleep(m.heartbeat_s)
+            try:
+                await self.heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the heartbeat die: the member would be expelled
+                continue
+
+    async def _rebalance(self) -> None:
+        m = self.membership
+        assert m is not None
+        now = time.monotonic()
+        if self._recheck:
+            self._recheck = False
+            await self.heartbeat()
+        members, _ = m.snapshot()
+        lost = m.lost(self.positions)
+        if members == self._allocated_for and not lost and not (self._pending and now >= self._retry_at):
+            return
+        for q in lost:
+            self.positions.pop(q, None)
+            self._committed.pop(q, None)
+        try:
+            queues = (await self.client.route(self.topic)).key_queues()
+        except StoreError:
+            return
+        target = m.target(queues)
+        revoked = {q: off for q, off in self.positions.items() if q not in target}
+        if revoked:
+            try:
+                await self.commit(revoked)
+            except StoreError:
+                pass
+            for q in revoked:
+                self.positions.pop(q, None)
+                self._committed.pop(q, None)
+        m.set_claims(target)
+        wanted = [q for q in target if q not in self.positions]
+        if revoked or wanted:
+            await self.heartbeat()
+        members_after, _ = m.snapshot()
+        await self._start_positions(m.granted_of(wanted))
+        self._pending = {q for q in wanted if q not in self.positions}
+        self._retry_at = now + CLAIM_RETRY_S
+        self._allocated_for = members if members == members_after else None
+
+    async def _start_positions(self, queues: list[QueueRef]) -> None:
+        offsets = None
+        for q in queues:
+            try:
+                committed = await self.client.committed(self.progress_group, self.topic, q) if self.progress_group else -1
+                if committed < 0 and offsets is None:
+                    offsets = await self.client.queue_offsets(self.topic, skip_unavailable=True)
+            except StoreError:
+                continue
+            if committed >= 0:
+                self.positions[q] = self._committed[q] = committed
+            elif offsets is not None and q in offsets:
+                lo, hi = offsets[q]
+                self.positions[q] = lo if self.start_at == "earliest" else hi
+
+    async def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        if self._closed:
+            raise RuntimeError("the consumer is closed")
+        if self.clustering:
+            await self._rebalance()
+        queues = list(self.positions)
+        if not queues:
+            if timeout > 0:
+                await asyncio.sleep(
+                    min(timeout, CLAIM_RETRY_S if self._pending else self.membership.heartbeat_s if self.membership else timeout)
+                )
+            return []
+        out = await self._pull_all(queues, 0)
+        if out or timeout <= 0:
+            return out
+        wait_s = min(timeout, self.long_poll_ms / 1000, self.membership.heartbeat_s if self.clustering else timeout)  # type: ignore[union-attr]
+        return await self._pull_all(queues, int(wait_s * 1000))
+
+    async def _pull_all(self, queues: list[QueueRef], timeout_ms: int) -> list[ConsumerRecord]:
+        async def one(q: QueueRef) -> tuple[QueueRef, PullResult | None]:
+            try:
+                return q, await self.client.pull(
+                    self.topic, q, self.positions[q], max_messages=self.max_messages, timeout_ms=timeout_ms, group=self.group or ""
+                )
+            except StoreError:
+                return q, None
+
+        out: list[ConsumerRecord] = []
+        for q, res in await asyncio.gather(*[one(q) for q in queues]):
+            if res is None or q not in self.positions:
+                continue
+            if self.membership is not None and self.membership.stale(q.address, res.group_generation):
+                self._recheck = True
+            self.positions[q] = res.next_offset
+            out.extend(ConsumerRecord(q, m) for m in res.messages)
+        return out
+
+    async def commit(self, offsets: dict[QueueRef, int] | None = None) -> None:
+        if not self.progress_group:
+            raise RuntimeError("a consumer without a group cannot commit")
+        for q, off in list((self.positions if offsets is None else offsets).items()):
+            if self._committed.get(q) != off:
+                await self.client.commit(self.progress_group, self.topic, q, off)
+                self._committed[q] = off
+
+    def assignment(self) -> list[QueueRef]:
+        return sorted(self.positions, key=lambda q: (q.node, q.queue_id))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._beats is not None:
+            self._beats.cancel()
+            try:
+                await self._beats
+            except asyncio.CancelledError:
+                pass
+        if self.membership is None:
+            return
+        try:
+            await self.commit()
+        except StoreError:
+            pass
+        for node in (await self.client.route(self.topic)).nodes:
+            if node.ready:
+                try:
+                    await self.client.unregister(node.address, self.membership.group, self.membership.client_id, node=node.name)
+                except StoreError:
+                    continue
+        self.positions.clear()
