@@ -88,6 +88,9 @@ class CommitLogCleaner:
         # one run at a time: a manual delete (on an RPC thread) and the scheduled run would
         # otherwise walk the same segments, count deletions twice and share out the armed runs
         self._running = threading.Lock()
+        # told the log's new first offset after segments were deleted (the replica trims its
+        # epoch file's prefix there, as RocketMQ's truncateEpochFilePrefix)
+        self.on_deleted: list[Callable[[int], None]] = []
 
     def arm_manual_delete(self) -> None:
         """Like ``mqadmin deleteExpiredCommitLog``: the next 20 runs delete expired segments."""
@@ -123,6 +126,8 @@ class CommitLogCleaner:
         )
         self.total_deleted += run.deleted
         if run.deleted:
+            for listener in self.on_deleted:
+                listener(self.commitlog.min_offset)
             log.info(
                 "deleted %d commit-log segments (time_up=%s space_full=%s manual=%s forced=%s)",
                 run.deleted,

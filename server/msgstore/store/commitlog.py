@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..record import codec
+from ..record.codec import Buffer
 from .clock import Clock
 from .config import StoreConfig
 from .segment import Segment, Syncer, msync
@@ -178,6 +179,35 @@ class CommitLog:
         finally:
             self.lock.release()
 
+    def append_raw(self, phy: int, data: Buffer) -> int:
+        """Write a master's commit-log bytes at the master's own offset ``phy`` (a follower's
+        copy is the master's byte for byte: same records, same BLANK ends, same segment starts).
+        ``phy`` must be this log's end, or a segment start when the log is empty (a new follower
+        starts from the master's first segment). Returns the new end. A chunk that crosses a
+        segment end continues in the next segment, as the master's did."""
+        view = memoryview(data)
+        with self.lock:
+            end = self.max_offset
+            if self.segments.segments and phy != end:
+                raise AppendError("MESSAGE_ILLEGAL", f"replicated bytes at {phy}, but this commit log ends at {end}")
+            if not self.segments.segments and phy % self.segment_size:
+                raise AppendError("MESSAGE_ILLEGAL", f"a new copy starts at a segment start, not at {phy}")
+            while len(view):
+                try:
+                    seg = self.segments.last_writable(phy)
+                except OSError as e:
+                    raise AppendError("CREATE_MAPPED_FILE_FAILED", f"creating a commit-log segment failed: {e.strerror or e}") from e
+                n = min(len(view), seg.size - seg.wrote)
+                try:
+                    seg.append(view[:n])
+                except OSError as e:
+                    raise AppendError("SERVICE_NOT_AVAILABLE", f"writing the commit log failed: {e.strerror or e}") from e
+                if seg.full and not seg.uses_buffer:
+                    seg.close_writer()
+                view = view[n:]
+                phy += n
+            return phy
+
     def _writable(self) -> Segment:
         try:
             return self.segments.last_writable(0)
@@ -239,6 +269,17 @@ class CommitLog:
         finally:
             view.release()
             seg.release()
+
+    def read_raw(self, phy: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` of the log from ``phy``, within its segment (what a master sends
+        a follower); b"" at the end, None when ``phy`` is no longer (or not yet) stored."""
+        seg = self.segments.find(phy)
+        if seg is None:
+            return b"" if phy == self.max_offset else None
+        size = min(max_bytes, seg.read_position - (phy - seg.start))
+        if size <= 0:
+            return b""
+        return self.read(phy, size)
 
     def read_record(self, phy: int) -> bytes | None:
         """The whole record at ``phy`` (its size read from the record itself)."""

@@ -111,6 +111,19 @@ KEYS: dict[str, KeySpec] = {
     "autoCreateTopicEnable": _k(True, True, "create a topic on its first message"),
     "defaultTopicQueueNums": _k(8, True, "queues of an auto-created topic", 1, 1024),
     "diskMonitorInterval": _k(1_000, True, "ms between disk-usage readings (§12.4)", 10, 1000),
+    # replication (§14): the role a member starts in; later changes come from a controller
+    "brokerRole": _k(
+        "ASYNC_MASTER",
+        False,
+        "ASYNC_MASTER, SYNC_MASTER (acknowledge once inSyncReplicas members hold a put) or SLAVE (follow haMasterAddress)",
+        choices=("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+    ),
+    "haMasterAddress": _k("", False, "host:port of the master a SLAVE follows"),
+    "inSyncReplicas": _k(
+        1, True, "members, master included, that must hold a SYNC put (a SYNC master waits for at least 1 follower)", 1, 16
+    ),
+    "slaveTimeout": _k(3_000, True, "ms a SYNC put waits for its followers before FLUSH_SLAVE_TIMEOUT", 1),
+    "slaveReadEnable": _k(False, True, "a follower serves pulls (reads go on while the master is down)"),
 }
 
 HOT_KEYS = frozenset(k for k, s in KEYS.items() if s.hot)

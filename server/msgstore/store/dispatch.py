@@ -11,10 +11,11 @@ skips records below its last offset.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +92,7 @@ class Dispatcher(ServiceThread):
         self.listeners: list[ArrivalListener] = []
         self._idle = threading.Condition()
         self.failures = 0
+        self._running = threading.Lock()  # held while dispatching: truncation waits for it (paused())
 
     # ------------------------------------------------------------------ hints
 
@@ -129,9 +131,16 @@ class Dispatcher(ServiceThread):
         self.wait(POLL_INTERVAL)
         self.dispatch_available()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No dispatch while the block runs (the commit log's end is being moved back)."""
+        with self._running:
+            yield
+
     def dispatch_available(self) -> None:
         try:
-            self._dispatch_to(self.bound())
+            with self._running:
+                self._dispatch_to(self.bound())
             if self.failures:
                 self.failures = 0
                 self.flags.clear(Unavailable.LOGICS_QUEUE_ERROR)

@@ -57,6 +57,25 @@ class RecoveryReport:
         return d
 
 
+def truncate_all(cl: CommitLog, queues: QueueTable, index: IndexService, dispatcher: Dispatcher, end: int) -> int:
+    """Make ``end`` the end of the commit log, and take the consume queues and the index back
+    with it: what recovery does with a torn tail, and a follower with a tail its new master never
+    had (docs/store-format.md §14). Returns the bytes zeroed or dropped."""
+    truncated = cl.segments.truncate_dirty(end)
+    for seg in cl.segments.segments[:-1]:
+        seg.close_writer()
+    for cq in queues.all():
+        cq.truncate_dirty(end)
+    index.truncate(end)
+    queues.rebuild_offsets()
+    cl_min = cl.min_offset
+    for cq in queues.all():
+        cq.correct_min_offset(cl_min)
+    dispatcher.clear_hints()
+    dispatcher.reput_from = min(dispatcher.reput_from, end)
+    return truncated
+
+
 def normal_start(cl: CommitLog, segs: list[Segment], cq_max_phy: int) -> int:
     """Last segment whose first record parses and lies at or before the queues' max."""
     for i in range(len(segs) - 1, -1, -1):
@@ -172,19 +191,10 @@ class Recovery:
     def _finish(self, end: int, t0: float) -> None:
         report = self.report
         cl = self.commitlog
-        truncated = cl.segments.truncate_dirty(end)
+        truncated = truncate_all(cl, self.queues, self.index, self.dispatcher, end)
         report.tail_bytes_checked = cl.segments.tail_examined
         cl.segments.set_positions_after_recovery(end)
-        for seg in cl.segments.segments[:-1]:
-            seg.close_writer()
         report.bytes_truncated = truncated
-        for cq in self.queues.all():
-            cq.truncate_dirty(end)
-        self.index.truncate(end)
-        self.queues.rebuild_offsets()
-        cl_min = cl.min_offset
-        for cq in self.queues.all():
-            cq.correct_min_offset(cl_min)
         self.dispatcher.reput_from = end
         if self.last_store_ts:
             cl.last_store_ts = self.last_store_ts

@@ -18,11 +18,14 @@ class PutStatus(enum.Enum):
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
     @property
     def stored(self) -> bool:
-        """The data is in the commit log (FLUSH_DISK_TIMEOUT is never rolled back)."""
-        return self in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+        """The data is in the commit log (an unconfirmed flush or replication is never rolled back)."""
+        return self in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE)
 
 
 class Unavailable(enum.Enum):
@@ -34,6 +37,7 @@ class Unavailable(enum.Enum):
     NOT_WRITEABLE = "store is not writeable"
     LOGICS_QUEUE_ERROR = "writing a consume queue failed"
     INDEX_FILE_ERROR = "writing an index file failed"
+    SLAVE = "this node is a follower (slave) of its group's master: send to the master"
 
 
 @dataclass(slots=True)

@@ -7,6 +7,7 @@ services) → puts and gets → :meth:`shutdown` (drain, flush, persist, remove 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import threading
@@ -27,7 +28,7 @@ from .index import IndexService
 from .layout import StoreLayout
 from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error
 from .queue_table import QueueTable
-from .recovery import Recovery, RecoveryReport
+from .recovery import Recovery, RecoveryReport, truncate_all
 from .results import GetResult, GetStatus, PutResult, PutStatus, QueueProgress, Unavailable, failed
 from .running_flags import RunningFlags
 from .segment import Syncer, msync
@@ -74,6 +75,7 @@ class MessageStore:
         self.syncer = syncer
         self.store_host = store_host
         self.state = "created"
+        self.follower = False  # a follower (slave) copies its master and refuses producers (ha/)
         self.recovery_report = RecoveryReport()
         self.generation = 0
         self.pending_restart: dict[str, Any] = {}
@@ -416,7 +418,59 @@ class MessageStore:
     def _write_refusal(self) -> Unavailable | None:
         if self.state != "running":
             return Unavailable.RECOVERING if self.state in ("created", "recovering") else Unavailable.SHUTDOWN
+        if self.follower:
+            return Unavailable.SLAVE
         return self.flags.refusal()
+
+    # ================================================================== replication (ha/ drives these)
+
+    def append_replicated(self, phy: int, data: bytes) -> int:
+        """A follower writes its master's commit-log bytes at the master's offsets; its own
+        dispatch then builds its consume queues and index. Returns the new end."""
+        if self.state != "running":
+            raise StoreStateError(f"the store is {self.state}")
+        end = self.commitlog.append_raw(phy, data)
+        self.dispatcher.wakeup()
+        return end
+
+    def metadata_snapshot(self) -> dict[str, str]:
+        """Topics, consumer offsets and subscription groups as their files hold them."""
+        out = {}
+        for name, f in (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups)):
+            with f.lock:
+                out[name] = json.dumps(f.encode(), sort_keys=True)
+        return out
+
+    def apply_metadata(self, snapshot: Mapping[str, str]) -> None:
+        """A follower takes its master's metadata files as they are (and persists them)."""
+        for name, f in (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups)):
+            raw = snapshot.get(name)
+            if not raw:
+                continue
+            with f.lock:
+                if json.dumps(f.encode(), sort_keys=True) == raw:
+                    continue
+                f.decode(json.loads(raw))
+                f.changed()
+            f.persist()
+
+    def take_writes(self, opening: Callable[[int], None], timeout: float = 30.0) -> None:
+        """A follower becomes master: dispatch everything it copied, then continue every queue
+        from its consume queue's end (a follower never assigned queue offsets itself; RocketMQ
+        recovers its topicQueueTable the same way when a slave takes over). ``opening`` gets the
+        log's end before the first put can land (the new term's epoch starts there)."""
+        if not self.wait_dispatched(timeout):
+            raise StoreStateError(f"dispatch did not catch up with the copied log within {timeout:.0f} s")
+        with self.commitlog.lock:
+            self.queues.rebuild_offsets()
+            opening(self.commitlog.max_offset)
+            self.follower = False
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the commit log back to ``offset`` (zeroing the stale tail), with its consume
+        queues and index: a rejoining member drops what its new master never had."""
+        with self.dispatcher.paused(), self.commitlog.lock:
+            return truncate_all(self.commitlog, self.queues, self.index, self.dispatcher, offset)
 
     @property
     def disk_ratio(self) -> float | None:
