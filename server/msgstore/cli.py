@@ -416,11 +416,14 @@ def _typed_config(values: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _admin_targets(c, node: str | None) -> list[str]:
-    """The nodes an admin command acts on: ``--node``, else every node of the route."""
+def _admin_targets(c, node: str | None, action: str = "") -> list[str]:
+    """The nodes an admin command acts on: ``--node``, else every member of the store (a role
+    change: only the node ``--server`` names, never every node at once)."""
     if node is not None:
         return [node]
-    return [n.name or n.address for n in c.nodes()]
+    if action in ("promote", "role"):
+        return [c.endpoints[0]]
+    return [m.name or m.address for m in c.members()]
 
 
 def cmd_admin(args) -> int:
@@ -429,7 +432,7 @@ def cmd_admin(args) -> int:
     failed = 0
     with _client(args) as c:
         results: list[dict[str, Any]] = []
-        for node in _admin_targets(c, args.node):
+        for node in _admin_targets(c, args.node, args.action):
             try:
                 results.append(_admin_one(c.admin(node), node, args))
             except StoreError as e:
@@ -475,11 +478,29 @@ def _admin_one(admin, node: str, args) -> dict[str, Any]:
             "generation": res.generation,
             "dry_run": res.dry_run,
         }
+    if args.action == "promote":
+        return {"node": node, **_role_row(admin.promote(args.epoch, args.mode or ""))}
+    if args.action == "role":
+        if args.replica_of:
+            return {"node": node, **_role_row(admin.set_role(args.replica_of))}
+        return {"node": node, **_role_row(admin.role_pb())}
     if args.action == "delete-expired":
         res = admin.manual_delete()
         return {"node": node, "deleted_segments": res.deleted_segments, "min_phy_offset": res.min_phy_offset, "runs_armed": res.runs_armed}
     removed = admin.clean_expired_consume_queues() if args.action == "clean-expired-cq" else admin.clean_unused_topics()
     return {"node": node, "removed": removed}
+
+
+def _role_row(r) -> dict[str, Any]:
+    row: dict[str, Any] = {"group": r.group, "role": r.role, "epoch": r.epoch, "end_offset": r.end_offset}
+    if r.role == "MASTER":
+        row["mode"] = r.mode
+        row["followers"] = [
+            {"member": f.member, "acked_offset": f.acked_offset, "lag_bytes": f.lag_bytes, "in_sync": f.in_sync} for f in r.followers
+        ]
+    else:
+        row.update(master=r.master_address, connected=r.connected, lag_bytes=r.lag_bytes, lag_seconds=round(r.lag_seconds, 3))
+    return row
 
 
 def _print_configs(results: list[dict[str, Any]]) -> None:
@@ -650,6 +671,9 @@ def cmd_serve(args) -> int:
         metrics_host=args.metrics_host,
         grace_s=args.grace,
         lock_wait_s=args.lock_wait,
+        group=args.group,
+        replica_of=args.replica_of,
+        roles_file=args.roles_file,
     )
     try:
         return asyncio.run(serve(options))
@@ -722,6 +746,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-host", help="address for the metrics endpoint (default: --host)")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
     s.add_argument("--lock-wait", type=float, default=30.0, help="seconds to wait for a previous process to release the data directory")
+    s.add_argument("--group", help="replica group this node belongs to (default: its node name, a group of one)")
+    s.add_argument("--replica-of", metavar="HOST:PORT", help="follow this master (brokerRole SLAVE): a byte-for-byte copy of its log")
+    s.add_argument("--roles-file", help="the operator's roles of every replica group (JSON), followed when it changes")
     s.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("MSGSTORE_LOG_FORMAT", "text"))
     s.add_argument("--log-level", default="info")
     s.set_defaults(fn=cmd_serve)
@@ -798,6 +825,15 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
     a.add_argument("--dry-run", action="store_true")
     a.add_argument("--node", help=node_help)
+    _connection_options(a)
+    a = asub.add_parser("role", help="a member's role in its replica group; --replica-of makes it follow that master")
+    a.add_argument("--replica-of", metavar="HOST:PORT", help="follow this master (after cutting back what it never had)")
+    a.add_argument("--node", help="the member (default: the node --server names)")
+    _connection_options(a)
+    a = asub.add_parser("promote", help="make the member --server names its group's master (a manual failover)")
+    a.add_argument("--epoch", type=int, default=0, help="the new epoch (default: its last + 1)")
+    a.add_argument("--mode", choices=["SYNC", "ASYNC"], help="replication mode as master (default: unchanged)")
+    a.add_argument("--node", help="the member (default: the node --server names)")
     _connection_options(a)
     for name, text in (
         ("delete-expired", "delete expired commit-log segments now (arms 20 cleaner runs)"),

@@ -12,6 +12,7 @@ from ..store.config import ConfigError
 from ..v1 import admin_pb2 as apb
 from ..wire import config_text
 from . import validation as v
+from .ha_service import RoleHandlers
 
 if TYPE_CHECKING:
     from .server import StoreServer
@@ -21,7 +22,7 @@ def _strings(d: dict[str, Any]) -> dict[str, str]:
     return {k: config_text(val) for k, val in d.items()}
 
 
-class ControlPlane:
+class ControlPlane(RoleHandlers):
     def __init__(self, server: StoreServer):
         self.server = server
 

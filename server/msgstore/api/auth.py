@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 RECHECK_S = 1.0  # how often a token file is looked at for a change
 
 ADMIN_PREFIX = "/msgstore.v1.Admin/"
+HA_PREFIX = "/msgstore.v1.Replication/"  # members of a group, with the admin token
 DATA_PREFIX = "/msgstore.v1.MessageStore/"
 
 
@@ -103,7 +104,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, details):
         method = details.method
         source = None
-        if method.startswith(ADMIN_PREFIX):
+        if method.startswith(ADMIN_PREFIX) or method.startswith(HA_PREFIX):
             source = self.admin_token
         elif method.startswith(DATA_PREFIX):
             source = self.data_token

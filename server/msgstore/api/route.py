@@ -106,9 +106,10 @@ class PeerDirectory:
         except grpc.aio.AioRpcError as e:
             log.debug("peer %s did not answer GetRoute: %s", address, e.code())
             previous = hit[1] if hit else None
-            node = pb.NodeRoute(
-                name=previous.name if previous else "", address=address, ready=False, queue_ids=list(previous.queue_ids) if previous else []
-            )
+            node = pb.NodeRoute(address=address)
+            if previous is not None:  # what it was (name, group, role, queues), now not ready
+                node.CopyFrom(previous)
+            node.ready = False
         self._cache[key] = (now, node)
         return node
 

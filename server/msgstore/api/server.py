@@ -27,23 +27,38 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .. import wire
+from ..ha.epochs import EpochFileError
+from ..ha.replica import Replica, RoleError
+from ..ha.roles import RolesFile
 from ..record import codec
 from ..store import MessageStore
 from ..store.config import ConfigError, parse_assignments
-from ..v1 import admin_pb2, msgstore_pb2
+from ..v1 import admin_pb2, ha_pb2, msgstore_pb2
 from . import validation as v
 from .admin import ControlPlane
 from .auth import TokenInterceptor, TokenSource
 from .groups import GroupRegistry
+from .ha_service import ReplicationPlane
 from .longpoll import ArrivalWaiters
 from .metrics import Metrics
 from .route import DuplicateNodeName, PeerDirectory
 from .servicer import DataPlane
 
+# A follower whose master restarts (or started after it) reconnects within a second or two, not
+# after gRPC's default backoff of up to two minutes; a replication chunk may be a whole batch.
+PEER_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", 80 * 1024 * 1024),
+    ("grpc.max_send_message_length", 80 * 1024 * 1024),
+]
+
 log = logging.getLogger(__name__)
 
 DATA_SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MessageStore"]
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
+HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["Replication"]
 # Requests whose handlers take the serialized bytes (decoded by the compiled transcoder).
 RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send", "SendStream")}
 DEFAULT_PORT = 10911
@@ -71,6 +86,9 @@ class ServerOptions:
     grace_s: float = 10.0
     lock_wait_s: float = 30.0
     workers: int = 32
+    group: str | None = None  # replica group (default: the node's name, a group of one)
+    replica_of: str | None = None  # host:port of the master to follow (brokerRole SLAVE)
+    roles_file: str | None = None  # the operator's roles (group → members, master, epoch), followed
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -123,6 +141,9 @@ class StoreServer:
         self.groups = GroupRegistry()  # consumer group members and queue holders (in memory)
         self.peers: PeerDirectory | None = None
         self.bound_port: int | None = None
+        self.replica: Replica | None = None
+        self._ha_channels: dict[str, grpc.aio.Channel] = {}
+        self.roles: RolesFile | None = RolesFile(options.roles_file) if options.roles_file else None
 
     # ------------------------------------------------------------------ state
 
@@ -147,7 +168,72 @@ class StoreServer:
         qids: list[int] = []
         if topic and ready:
             qids = list(range(self.queue_count(topic)))
-        return msgstore_pb2.NodeRoute(name=self.node_name, address=self.advertise, ready=ready, queue_ids=qids)
+        node = msgstore_pb2.NodeRoute(name=self.node_name, address=self.advertise, ready=ready, queue_ids=qids)
+        r = self.replica
+        node.group = r.group if r is not None else (self.options.group or self.node_name)
+        node.role = r.role if r is not None else "MASTER"
+        node.epoch = r.epoch if r is not None else 0
+        node.read_enabled = r is None or r.is_master or bool(self.store.config.slaveReadEnable)
+        if r is not None and not r.is_master:
+            node.lag_bytes = r.lag()[0]
+        return node
+
+    # ------------------------------------------------------------------ replication
+
+    def _ha_channel(self, address: str) -> grpc.aio.Channel:
+        ch = self._ha_channels.get(address)
+        if ch is None:
+            ch = self._ha_channels[address] = self._peer_channel(address)
+        return ch
+
+    def _admin_metadata(self) -> tuple:
+        token = TokenSource.of(self.options.admin_token)
+        return (("authorization", f"Bearer {token.current()}"),) if token else ()
+
+    def _make_replica(self) -> Replica:
+        o, cfg = self.options, self.store.config
+        group = o.group or self.node_name
+        role, master = cfg.brokerRole, o.replica_of or cfg.haMasterAddress
+        if o.replica_of:
+            role = "SLAVE"
+        if self.roles is not None:
+            mine = self.roles.read().get(self.node_name)
+            if mine is not None:
+                group, role, master = mine.group, mine.broker_role, mine.master_address
+        replica = Replica(
+            self.store,
+            self.node_name,
+            group,
+            broker_role=role,
+            master_address=master,
+            channel=self._ha_channel,
+            call_metadata=self._admin_metadata,
+        )
+        if self.roles is not None:
+            mine = self.roles.read().get(self.node_name)
+            if mine is not None and mine.is_master and replica.epochs.epoch < mine.epoch:
+                replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
+        return replica
+
+    async def _follow_roles(self) -> None:
+        """Apply the roles file when the operator changes it (a failover while we were down
+        or unreachable: its Promote/SetRole calls reach us this way)."""
+        assert self.roles is not None
+        while not self.stopping:
+            await asyncio.sleep(1.0)
+            r = self.replica
+            if r is None or not self.roles.changed():
+                continue
+            mine = self.roles.read().get(self.node_name)
+            if mine is None:
+                continue
+            try:
+                if mine.is_master and (not r.is_master or r.epoch < mine.epoch):
+                    await r.promote(max(mine.epoch, r.epoch + 1), mine.mode)
+                elif not mine.is_master and (r.is_master or r.master_address != mine.master_address):
+                    await r.follow(mine.master_address)
+            except Exception:
+                log.exception("applying the roles file failed")
 
     async def route(self, topic: str, local: msgstore_pb2.NodeRoute) -> list[msgstore_pb2.NodeRoute]:
         addresses = await self.peers.addresses()
@@ -261,8 +347,8 @@ class StoreServer:
                     chain = f.read()
                 with open(o.tls_key, "rb") as f:
                     key = f.read()
-            return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots, key, chain))
-        return grpc.aio.insecure_channel(address)
+            return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots, key, chain), options=PEER_CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -283,7 +369,11 @@ class StoreServer:
             ],
         )
         self.server.add_generic_rpc_handlers(
-            [self._handlers(DATA_SERVICE, DataPlane(self)), self._handlers(ADMIN_SERVICE, ControlPlane(self))]
+            [
+                self._handlers(DATA_SERVICE, DataPlane(self)),
+                self._handlers(ADMIN_SERVICE, ControlPlane(self)),
+                self._handlers(HA_SERVICE, ReplicationPlane(self)),
+            ]
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         for name in ("", DATA_SERVICE.full_name, ADMIN_SERVICE.full_name):
@@ -326,6 +416,15 @@ class StoreServer:
             return
         if self.stopping:
             return
+        try:
+            self.replica = self._make_replica()
+            self.replica.start()
+        except (RoleError, EpochFileError) as e:
+            self.recovery_error = str(e)
+            log.error("store failed to start: %s", e)
+            return
+        if self.roles is not None:
+            loop.create_task(self._follow_roles())
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)
@@ -351,6 +450,10 @@ class StoreServer:
             await self.server.stop(self.options.grace_s)
         if self.peers is not None:
             await self.peers.close()
+        if self.replica is not None:
+            await self.replica.stop()
+        for ch in self._ha_channels.values():
+            await ch.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.store.shutdown)
         self.executor.shutdown(wait=False)

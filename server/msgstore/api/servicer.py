@@ -14,7 +14,7 @@ import grpc
 from .. import wire
 from ..record import codec
 from ..store import GetStatus, PutStatus, Unavailable
-from ..store.results import GetResult
+from ..store.results import GetResult, failed
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
@@ -53,10 +53,11 @@ class Accepted:
     sync: bool
     visible: bool
     started: float
+    replicate: bool = False  # a SYNC master: answer once enough followers hold it
 
     @property
     def waits(self) -> bool:
-        return self.sync or self.visible
+        return self.sync or self.visible or self.replicate
 
 
 def _request_id(request) -> int:
@@ -198,8 +199,18 @@ class DataPlane(GroupHandlers):
         # Under SYNC_FLUSH the answer then awaits one group-commit request covering all its
         # batches, without parking a thread, so many requests share each fdatasync.
         sync = store.config.flushDiskType == "SYNC_FLUSH"
+        replica = self.server.replica
+        refusal = replica.refuse_put() if replica is not None else None
+        if refusal is not None:  # too few members in sync to ever acknowledge: store nothing
+            reason = f"fewer than inSyncReplicas={store.config.inSyncReplicas} members are in sync"
+            outcomes = [(idx, failed(refusal, reason)) for _t, _q, _b, idx in groups]
+            return Accepted(groups, outcomes, n, request_id, False, False, t0)
         outcomes = self._append_groups(groups, defer_flush=sync)
-        return Accepted(groups, outcomes, n, request_id, sync, visible, t0)
+        replicate = False
+        if replica is not None and any(res.status.stored for _, res in outcomes):
+            replica.signal.notify()  # followers' streams send it now
+            replicate = replica.waits_for_followers
+        return Accepted(groups, outcomes, n, request_id, sync, visible, t0, replicate)
 
     async def _complete(self, a: Accepted) -> bytes | pb.SendResponse:
         """Wait for what the request asked (its flush, its visibility), then its answer;
@@ -207,6 +218,8 @@ class DataPlane(GroupHandlers):
         store = self.store
         if a.sync:
             await self._await_flush(a.groups, a.outcomes)
+        if a.replicate:  # group commit first, then the followers' acknowledgement (§14)
+            await self._await_followers(a.outcomes)
         if a.visible:
             await self._await_visible(a.outcomes)
         outcomes = a.outcomes
@@ -308,6 +321,18 @@ class DataPlane(GroupHandlers):
             dispatcher.wakeup()
             await asyncio.sleep(0.0005)
 
+    async def _await_followers(self, outcomes: list) -> None:
+        """SYNC replication: PUT_OK only once enough followers hold every stored batch; else
+        FLUSH_SLAVE_TIMEOUT, or SLAVE_NOT_AVAILABLE with no follower connected (stored on the
+        master either way, never rolled back)."""
+        stored = [res for _, res in outcomes if res.status is PutStatus.PUT_OK]
+        if not stored or self.server.replica is None:
+            return
+        status = await self.server.replica.await_followers(max(r.phy_offset + r.wrote_bytes for r in stored))
+        if status is not PutStatus.PUT_OK:
+            for res in stored:
+                res.status = status
+
     async def _await_flush(self, groups: list, outcomes: list) -> None:
         """Wait for the group commit of every stored batch that asked for it; past
         ``syncFlushTimeout`` they report FLUSH_DISK_TIMEOUT (stored, not confirmed on disk)."""
@@ -337,8 +362,14 @@ class DataPlane(GroupHandlers):
 
     # ------------------------------------------------------------------ pull
 
+    async def _readable(self, context) -> None:
+        """A follower serves reads only with slaveReadEnable (its copy may lag the master)."""
+        if self.store.follower and not self.store.config.slaveReadEnable:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is a follower and slaveReadEnable is false: read from its master")
+
     async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
         await self._ready(context)
+        await self._readable(context)
         topic = v.check_topic(request.topic)
         qid = v.check_queue_id(request.queue_id)
         offset = v.check_non_negative(request.offset, "offset")
@@ -385,6 +416,7 @@ class DataPlane(GroupHandlers):
 
     async def Subscribe(self, request: pb.SubscribeRequest, context):
         await self._ready(context)
+        await self._readable(context)
         topic = v.check_topic(request.topic)
         qid = v.check_queue_id(request.queue_id)
         if request.offset < -1:
@@ -460,6 +492,8 @@ class DataPlane(GroupHandlers):
 
     async def CommitOffset(self, request: pb.CommitOffsetRequest, context) -> pb.CommitOffsetResponse:
         await self._ready(context)
+        if self.store.follower:  # progress lives on the master; followers copy it from there
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is a follower: commit on its group's master")
         v.check_group(request.group)
         topic = v.check_topic(request.topic)
         qid = v.check_queue_id(request.queue_id)

@@ -56,3 +56,17 @@ class AdminClient:
 
     def clean_unused_topics(self) -> list[str]:
         return list(self._call("CleanUnusedTopics", apb.CleanRequest()).removed)
+
+    # replication (§14)
+
+    def role_pb(self) -> apb.RoleStatus:
+        return self._call("GetRole", apb.GetRoleRequest())
+
+    def role(self) -> dict:
+        return MessageToDict(self.role_pb(), preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+    def promote(self, epoch: int = 0, mode: str = "") -> apb.RoleStatus:
+        return self._call("Promote", apb.PromoteRequest(epoch=epoch, mode=mode))
+
+    def set_role(self, master_address: str) -> apb.RoleStatus:
+        return self._call("SetRole", apb.SetRoleRequest(master_address=master_address))

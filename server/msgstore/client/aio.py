@@ -22,7 +22,7 @@ from .client import (
     pull_result,
 )
 from .connection import Security, aio_channel, split_endpoints
-from .routing import KeyQueueDown, Node, QueueRef, Route
+from .routing import KeyQueueDown, QueueRef, Route, nodes_of
 from .stream import AsyncSendStream
 
 
@@ -88,7 +88,7 @@ class AsyncClient:
             except StoreError as e:
                 last = e
                 continue
-            route = Route(topic, [Node(n.name, n.address, n.ready, tuple(n.queue_ids)) for n in resp.nodes])
+            route = Route(topic, nodes_of(resp.nodes))
             self._routes[topic] = route
             return route
         raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
@@ -191,7 +191,9 @@ class AsyncClient:
             group=group,
             raw=True,
         )
-        resp = await self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
+        resp = await self._call(
+            await self._read_address(topic, queue), "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node
+        )
         return pull_result(resp, queue.node)
 
     async def heartbeat(
@@ -202,14 +204,27 @@ class AsyncClient:
     async def unregister(self, address: str, group: str, client_id: str, node: str = "") -> None:
         await self._call(address, "Unregister", pb.UnregisterRequest(group=group, client_id=client_id), timeout=5.0, node=node)
 
+    async def _read_address(self, topic: str, queue: QueueRef) -> str:
+        node = (await self.route(topic)).node(queue.node)
+        found = node.read_address() if node is not None else None
+        return found or queue.address
+
+    async def _master_address(self, topic: str, queue: QueueRef) -> str:
+        node = (await self.route(topic)).node(queue.node)
+        return node.address if node is not None and node.ready else queue.address
+
     async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
         await self._call(
-            queue.address, "CommitOffset", pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset)
+            await self._master_address(topic, queue),
+            "CommitOffset",
+            pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset),
         )
 
     async def committed(self, group: str, topic: str, queue: QueueRef) -> int:
         resp = await self._call(
-            queue.address, "GetCommittedOffset", pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id)
+            await self._master_address(topic, queue),
+            "GetCommittedOffset",
+            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id),
         )
         return resp.offset
 

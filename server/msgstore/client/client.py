@@ -19,7 +19,7 @@ from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
 from .errors import StoreError
 from .errors import error_from as _error
-from .routing import KeyQueueDown, Node, QueueRef, Route
+from .routing import KeyQueueDown, Member, Node, QueueRef, Route, nodes_of
 from .stream import SendStream
 
 ROUTE_TTL_S = 10.0
@@ -164,10 +164,14 @@ class Client:
         tls_key: str | None = None,
         server_name: str | None = None,
         timeout: float = 10.0,
+        failover_timeout: float = 15.0,
     ):
+        """``failover_timeout``: how long a send to a replicated group whose master fails
+        waits for the group's new master before failing (or going to another group)."""
         self.endpoints = split_endpoints(endpoints)
         self.security = Security(token, admin_token, tls_ca, tls_cert, tls_key, server_name)
         self.timeout = timeout
+        self.failover_timeout = failover_timeout
         self._channels: dict[str, grpc.Channel] = {}
         self._routes: dict[str, Route] = {}
         self._lock = threading.Lock()
@@ -235,14 +239,47 @@ class Client:
             except grpc.RpcError as e:
                 last = _error(e, address)
                 continue
-            nodes = [Node(n.name, n.address, n.ready, tuple(n.queue_ids)) for n in resp.nodes]
-            route = Route(topic, nodes)
+            route = Route(topic, nodes_of(resp.nodes))
             self._routes[topic] = route
             return route
         raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
 
     def nodes(self) -> list[Node]:
         return self.route("", refresh=True).nodes
+
+    def members(self) -> list[Member]:
+        """Every member of every replica group (every process of the store)."""
+        return [m for n in self.nodes() for m in n.members]
+
+    def master_address(self, topic: str, queue: QueueRef) -> str:
+        """Where the queue's group takes writes and commits now (its master, after a failover)."""
+        node = self.route(topic).node(queue.node)
+        return node.address if node is not None and node.ready else queue.address
+
+    def read_address(self, topic: str, queue: QueueRef) -> str:
+        """Where to read the queue: its master, else a follower serving reads (slaveReadEnable)."""
+        node = self.route(topic).node(queue.node)
+        if node is None:
+            return queue.address
+        found = node.read_address()
+        if found is None:  # nobody ready as far as the cached route knows: look again
+            node = self.route(topic, refresh=True).node(queue.node)
+            found = node.read_address() if node is not None else None
+        return found or queue.address
+
+    def _await_new_master(self, topic: str, target: QueueRef, tried: set[str]) -> QueueRef | None:
+        """A replicated group whose master failed: wait (up to ``failover_timeout``) for the
+        route to show its new master, and send there; None for a group without followers."""
+        node = self.route(topic).node(target.node)
+        if node is None or len(node.members) < 2:
+            return None
+        deadline = time.monotonic() + self.failover_timeout
+        while time.monotonic() < deadline:
+            node = self.route(topic, refresh=True).node(target.node)
+            if node is not None and node.ready and node.address not in tried:
+                return QueueRef(target.node, node.address, target.queue_id)
+            time.sleep(0.1)
+        return None
 
     # ------------------------------------------------------------------ sending
 
@@ -300,10 +337,17 @@ class Client:
                 results = self._send_to(target, topic, messages, wait_flush, visible)
                 return [_send_result(r, target.node) for r in results]
             except StoreError as e:
-                if e.code not in RETRYABLE or queue is not None:
+                if e.code not in RETRYABLE:
                     raise
                 route.mark_down(target.address)
                 tried.add(target.address)
+                moved = self._await_new_master(topic, target, tried)
+                if moved is not None:  # the same queue, on its group's new master: order and key kept
+                    target = moved
+                    route = self.route(topic)
+                    continue
+                if queue is not None:
+                    raise
                 if key is not None and not reorder:
                     raise StoreError(e.code, f"{KeyQueueDown(key, target)} ({e.details})", target.node) from None
                 route = self.route(topic, refresh=True)
@@ -372,7 +416,7 @@ class Client:
             group=group,
             raw=True,
         )
-        resp = self._call(queue.address, "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
+        resp = self._call(self.read_address(topic, queue), "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
         return pull_result(resp, queue.node)
 
     def pull_future(
@@ -396,14 +440,14 @@ class Client:
             group=group,
             raw=True,
         )
-        return self.stub(queue.address).Pull.future(
+        return self.stub(self.read_address(topic, queue)).Pull.future(
             req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
         )
 
     def subscribe(self, topic: str, queue: QueueRef, offset: int = -1, *, tag_filter: str | None = None) -> Iterable[PullResult]:
         req = pb.SubscribeRequest(topic=topic, queue_id=queue.queue_id, offset=offset, tag_filter=tag_filter or "", raw=True)
         try:
-            for resp in self.stub(queue.address).Subscribe(req, metadata=self.security.data_metadata() or None):
+            for resp in self.stub(self.read_address(topic, queue)).Subscribe(req, metadata=self.security.data_metadata() or None):
                 yield pull_result(resp, queue.node)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.CANCELLED:
@@ -463,12 +507,12 @@ class Client:
         req = pb.GetOffsetByTimeRequest(
             topic=topic, queue_id=queue.queue_id, timestamp=timestamp_ms, boundary=pb.UPPER if upper else pb.LOWER
         )
-        return self._call(queue.address, "GetOffsetByTime", req, node=queue.node).offset
+        return self._call(self.read_address(topic, queue), "GetOffsetByTime", req, node=queue.node).offset
 
     def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
-        """Commit on the node that owns the queue."""
+        """Commit on the node that owns the queue (its group's master)."""
         self._call(
-            queue.address,
+            self.master_address(topic, queue),
             "CommitOffset",
             pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset),
             node=queue.node,
@@ -476,7 +520,7 @@ class Client:
 
     def committed(self, group: str, topic: str, queue: QueueRef) -> int:
         return self._call(
-            queue.address,
+            self.master_address(topic, queue),
             "GetCommittedOffset",
             pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id),
             node=queue.node,

@@ -14,15 +14,19 @@ import itertools
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DOWN_FOR_S = 5.0
 
 
 @dataclass(frozen=True)
 class QueueRef:
+    """A queue: its node (a replica group: the queue stays the same queue across a failover)
+    and id; ``address`` is where its master was when the route was read, not part of its
+    identity."""
+
     node: str
-    address: str
+    address: str = field(compare=False)
     queue_id: int
 
     def __str__(self) -> str:
@@ -30,11 +34,53 @@ class QueueRef:
 
 
 @dataclass(frozen=True)
+class Member:
+    """One member of a replica group (one process, one volume)."""
+
+    name: str
+    address: str
+    role: str
+    ready: bool
+    read_enabled: bool
+    epoch: int = 0
+    lag_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Node:
+    """A node of the route: a replica group, reached at its master's address. Without
+    replication a group is one member named like the group."""
+
     name: str
     address: str
     ready: bool
     queue_ids: tuple[int, ...]
+    members: tuple[Member, ...] = ()
+
+    def read_address(self) -> str | None:
+        """Where to read: the master, else a ready follower that serves reads."""
+        if self.ready:
+            return self.address
+        for m in self.members:
+            if m.ready and m.read_enabled:
+                return m.address
+        return None
+
+
+def group_nodes(members: list[tuple[Member, str, tuple[int, ...]]]) -> list[Node]:
+    """(member, its group, its queue ids) of every member → one Node per group: ready while a
+    ready master is known (the newest epoch's, should two claim it)."""
+    groups: dict[str, list[tuple[Member, tuple[int, ...]]]] = {}
+    for m, group, qids in members:
+        groups.setdefault(group or m.name or m.address, []).append((m, qids))
+    out = []
+    for name, ms in groups.items():
+        masters = sorted((x for x in ms if x[0].role != "SLAVE"), key=lambda x: (x[0].ready, x[0].epoch), reverse=True)
+        live = [x for x in masters if x[0].ready]
+        head = live[0] if live else (masters[0] if masters else ms[0])
+        qids = head[1] or next((q for _, q in ms if q), ())
+        out.append(Node(name, head[0].address, bool(live), tuple(qids), tuple(m for m, _ in ms)))
+    return out
 
 
 class KeyQueueDown(LookupError):
@@ -116,3 +162,16 @@ class Route:
             if name_or_address in (n.name, n.address):
                 return n
         return None
+
+
+def nodes_of(resp_nodes) -> list[Node]:
+    """GetRoute's NodeRoutes (one per member) as the route's nodes (one per replica group)."""
+    members = [
+        (
+            Member(n.name, n.address, n.role or "MASTER", n.ready, n.read_enabled or n.role != "SLAVE", n.epoch, n.lag_bytes),
+            n.group,
+            tuple(n.queue_ids),
+        )
+        for n in resp_nodes
+    ]
+    return group_nodes(members)

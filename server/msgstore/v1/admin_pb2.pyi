@@ -1,3 +1,4 @@
+from msgstore.v1 import ha_pb2 as _ha_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -5,6 +6,68 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetRoleRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PromoteRequest(_message.Message):
+    __slots__ = ("epoch", "mode")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    mode: str
+    def __init__(self, epoch: _Optional[int] = ..., mode: _Optional[str] = ...) -> None: ...
+
+class SetRoleRequest(_message.Message):
+    __slots__ = ("master_address",)
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    master_address: str
+    def __init__(self, master_address: _Optional[str] = ...) -> None: ...
+
+class FollowerStatus(_message.Message):
+    __slots__ = ("member", "acked_offset", "lag_bytes", "in_sync", "last_report_age_s")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    LAST_REPORT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    acked_offset: int
+    lag_bytes: int
+    in_sync: bool
+    last_report_age_s: float
+    def __init__(self, member: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., last_report_age_s: _Optional[float] = ...) -> None: ...
+
+class RoleStatus(_message.Message):
+    __slots__ = ("node", "group", "role", "mode", "epoch", "end_offset", "master_address", "master_end", "lag_bytes", "lag_seconds", "connected", "followers", "epochs")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_END_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    group: str
+    role: str
+    mode: str
+    epoch: int
+    end_offset: int
+    master_address: str
+    master_end: int
+    lag_bytes: int
+    lag_seconds: float
+    connected: bool
+    followers: _containers.RepeatedCompositeFieldContainer[FollowerStatus]
+    epochs: _containers.RepeatedCompositeFieldContainer[_ha_pb2.EpochEntry]
+    def __init__(self, node: _Optional[str] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., mode: _Optional[str] = ..., epoch: _Optional[int] = ..., end_offset: _Optional[int] = ..., master_address: _Optional[str] = ..., master_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[_ha_pb2.EpochEntry, _Mapping]]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

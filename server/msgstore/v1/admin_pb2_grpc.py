@@ -64,6 +64,21 @@ class AdminStub:
                 request_serializer=msgstore_dot_v1_dot_admin__pb2.CleanRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_admin__pb2.CleanResponse.FromString,
                 _registered_method=True)
+        self.GetRole = channel.unary_unary(
+                '/msgstore.v1.Admin/GetRole',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.GetRoleRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+                _registered_method=True)
+        self.Promote = channel.unary_unary(
+                '/msgstore.v1.Admin/Promote',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.PromoteRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+                _registered_method=True)
+        self.SetRole = channel.unary_unary(
+                '/msgstore.v1.Admin/SetRole',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.SetRoleRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -110,6 +125,29 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRole(self, request, context):
+        """Replication (§14). This member's role in its replica group, epoch, end and followers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Promote(self, request, context):
+        """Make this member its group's master: it stops following, opens a new epoch (the given one,
+        or its last + 1) at its commit-log end and takes writes. Refused when it already is master
+        with a larger epoch than asked.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetRole(self, request, context):
+        """Make this member follow master_address (after truncating what that master never had).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -142,6 +180,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CleanUnusedTopics,
                     request_deserializer=msgstore_dot_v1_dot_admin__pb2.CleanRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_admin__pb2.CleanResponse.SerializeToString,
+            ),
+            'GetRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRole,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.GetRoleRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.SerializeToString,
+            ),
+            'Promote': grpc.unary_unary_rpc_method_handler(
+                    servicer.Promote,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.PromoteRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.SerializeToString,
+            ),
+            'SetRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRole,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.SetRoleRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -306,6 +359,87 @@ class Admin:
             '/msgstore.v1.Admin/CleanUnusedTopics',
             msgstore_dot_v1_dot_admin__pb2.CleanRequest.SerializeToString,
             msgstore_dot_v1_dot_admin__pb2.CleanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/GetRole',
+            msgstore_dot_v1_dot_admin__pb2.GetRoleRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Promote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/Promote',
+            msgstore_dot_v1_dot_admin__pb2.PromoteRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/SetRole',
+            msgstore_dot_v1_dot_admin__pb2.SetRoleRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,6 +17,9 @@ class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OS_PAGE_CACHE_BUSY: _ClassVar[SendStatus]
     CREATE_MAPPED_FILE_FAILED: _ClassVar[SendStatus]
     UNKNOWN_ERROR: _ClassVar[SendStatus]
+    FLUSH_SLAVE_TIMEOUT: _ClassVar[SendStatus]
+    SLAVE_NOT_AVAILABLE: _ClassVar[SendStatus]
+    IN_SYNC_REPLICAS_NOT_ENOUGH: _ClassVar[SendStatus]
 
 class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -42,6 +45,9 @@ PROPERTIES_SIZE_EXCEEDED: SendStatus
 OS_PAGE_CACHE_BUSY: SendStatus
 CREATE_MAPPED_FILE_FAILED: SendStatus
 UNKNOWN_ERROR: SendStatus
+FLUSH_SLAVE_TIMEOUT: SendStatus
+SLAVE_NOT_AVAILABLE: SendStatus
+IN_SYNC_REPLICAS_NOT_ENOUGH: SendStatus
 FOUND: PullStatus
 NO_MATCHED_MESSAGE: PullStatus
 MESSAGE_WAS_REMOVING: PullStatus
@@ -379,16 +385,26 @@ class GetRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., local_only: _Optional[bool] = ...) -> None: ...
 
 class NodeRoute(_message.Message):
-    __slots__ = ("name", "address", "ready", "queue_ids")
+    __slots__ = ("name", "address", "ready", "queue_ids", "group", "role", "epoch", "lag_bytes", "read_enabled")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    READ_ENABLED_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     ready: bool
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    group: str
+    role: str
+    epoch: int
+    lag_bytes: int
+    read_enabled: bool
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., read_enabled: _Optional[bool] = ...) -> None: ...
 
 class GetRouteResponse(_message.Message):
     __slots__ = ("nodes",)

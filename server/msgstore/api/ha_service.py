@@ -1,0 +1,122 @@
+"""The replication RPCs: the Replication service (Follow, GetMetadata) and the admin calls that
+change a member's role (GetRole, Promote, SetRole). The logic lives in ha/."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from ..ha.master import Refused, epochs_pb, serve_follower
+from ..ha.replica import Replica, RoleError
+from ..v1 import admin_pb2 as apb
+from ..v1 import ha_pb2 as hpb
+from . import validation as v
+
+log = logging.getLogger(__name__)
+
+
+def role_status(server) -> apb.RoleStatus:
+    r: Replica | None = server.replica
+    store = server.store
+    out = apb.RoleStatus(node=server.node_name, end_offset=store.commitlog.max_offset if store.state == "running" else 0)
+    if r is None:
+        out.group, out.role = server.node_name, "MASTER"
+        return out
+    out.group, out.role, out.mode, out.epoch = r.group, r.role, r.mode, r.epoch
+    out.epochs.extend(epochs_pb(r.epochs.snapshot()))
+    if r.is_master:
+        end = out.end_offset
+        in_sync = {f.member for f in r.tracker.in_sync(end)}
+        seen: set[str] = set()
+        for f in sorted(r.tracker.links.values(), key=lambda f: -f.acked):
+            if f.member in seen:
+                continue
+            seen.add(f.member)
+            out.followers.add(
+                member=f.member,
+                acked_offset=f.acked,
+                lag_bytes=max(0, end - f.acked),
+                in_sync=f.member in in_sync,
+                last_report_age_s=time.monotonic() - f.last_report,
+            )
+    else:
+        out.master_address = r.master_address
+        lag, lag_s = r.lag()
+        out.lag_bytes, out.lag_seconds = lag, lag_s
+        out.connected = bool(r.follower and r.follower.connected)
+        out.master_end = r.follower.master_end if r.follower else 0
+    return out
+
+
+class ReplicationPlane:
+    """The Replication service: what a master serves its followers."""
+
+    def __init__(self, server):
+        self.server = server
+
+    async def Follow(self, requests, context) -> None:
+        replica = self.server.replica
+        if replica is None or not self.server.ready.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the store is not serving yet")
+
+        async def reports():
+            async for r in requests:
+                if isinstance(r, v.BadRequest):
+                    raise Refused(r.reason)
+                yield r
+
+        try:
+            await serve_follower(replica, reports(), context.write)
+        except Refused as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except StopAsyncIteration:
+            return
+
+    async def GetMetadata(self, request, context) -> hpb.Metadata:
+        if not self.server.ready.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the store is not serving yet")
+        snap = self.server.store.metadata_snapshot()
+        return hpb.Metadata(
+            topics_json=snap["topics"],
+            consumer_offsets_json=snap["offsets"],
+            subscription_groups_json=snap["groups"],
+            master_end=self.server.store.commitlog.max_offset,
+        )
+
+
+class RoleHandlers:
+    """Mixed into the admin service: ``self.server``."""
+
+    server: object
+
+    async def GetRole(self, request, context) -> apb.RoleStatus:
+        return role_status(self.server)
+
+    async def Promote(self, request: apb.PromoteRequest, context) -> apb.RoleStatus:
+        replica = await self._replica(context)
+        try:
+            await replica.promote(request.epoch, request.mode)
+        except RoleError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return role_status(self.server)
+
+    async def SetRole(self, request: apb.SetRoleRequest, context) -> apb.RoleStatus:
+        replica = await self._replica(context)
+        address = request.master_address.strip()
+        if not address or ":" not in address:
+            raise v.InvalidArgument("master_address", f"give the master's host:port, got {request.master_address!r}")
+        if address == self.server.advertise:  # type: ignore[attr-defined]
+            raise v.InvalidArgument("master_address", "a member cannot follow itself")
+        try:
+            await replica.follow(address)
+        except RoleError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return role_status(self.server)
+
+    async def _replica(self, context) -> Replica:
+        replica = self.server.replica  # type: ignore[attr-defined]
+        if replica is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the store is not serving yet")
+        return replica  # type: ignore[no-any-return]

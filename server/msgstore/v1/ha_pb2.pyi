@@ -1,0 +1,61 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EpochEntry(_message.Message):
+    __slots__ = ("epoch", "start_offset")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    start_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class FollowerReport(_message.Message):
+    __slots__ = ("handshake", "member", "group", "end_offset", "epochs")
+    HANDSHAKE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    handshake: bool
+    member: str
+    group: str
+    end_offset: int
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    def __init__(self, handshake: _Optional[bool] = ..., member: _Optional[str] = ..., group: _Optional[str] = ..., end_offset: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ...) -> None: ...
+
+class MasterChunk(_message.Message):
+    __slots__ = ("offset", "data", "master_end", "epochs", "truncate_to", "start_offset")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MASTER_END_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    master_end: int
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    truncate_to: int
+    start_offset: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., truncate_to: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class GetMetadataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Metadata(_message.Message):
+    __slots__ = ("topics_json", "consumer_offsets_json", "subscription_groups_json", "master_end")
+    TOPICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSETS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_GROUPS_JSON_FIELD_NUMBER: _ClassVar[int]
+    MASTER_END_FIELD_NUMBER: _ClassVar[int]
+    topics_json: str
+    consumer_offsets_json: str
+    subscription_groups_json: str
+    master_end: int
+    def __init__(self, topics_json: _Optional[str] = ..., consumer_offsets_json: _Optional[str] = ..., subscription_groups_json: _Optional[str] = ..., master_end: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,192 @@
+"""Replication for real: follower processes copying a master's commit log byte for byte, SYNC
+acknowledgements and their failure statuses, promotion, and an old master rejoining after
+cutting back the tail nobody else had (issue 13, docs/store-format.md §14)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import grpc
+import pytest
+
+from msgstore.client import Client, OutMessage, StoreError
+from msgstore.client.routing import QueueRef
+from tests.ha.conftest import caught_up, identical_logs, role
+from tests.support.servers import wait_until
+
+SYNC = ["brokerRole=SYNC_MASTER", "inSyncReplicas=2", "slaveTimeout=1000"]
+
+
+def mixed_load(client: Client, rounds: int, seed: int = 1) -> list:
+    """Several topics, sizes from 10 B to 20 KiB, keys, tags: enough to roll 256 KiB segments."""
+    rnd = random.Random(seed)
+    acked = []
+    for _ in range(rounds):
+        topic = rnd.choice(["orders", "audit", "clicks"])
+        batch = [
+            OutMessage(
+                os.urandom(rnd.choice([10, 300, 1024, 4096, 20_000])), key=f"k{rnd.randrange(50)}", tags=rnd.choice(["a", "b", None])
+            )
+            for _ in range(rnd.randrange(1, 12))  # a batch must fit one 256 KiB segment
+        ]
+        res = client.send_batch(topic, batch)
+        acked += [(topic, r) for r in res if r.ok]
+    return acked
+
+
+def test_followers_copy_the_log_byte_for_byte_and_build_their_own_queues(groups):
+    g = groups(3, master=SYNC + ["messageIndexEnable=true"], follower=["slaveReadEnable=true"])
+    c = g.client()
+    acked = mixed_load(c, 120)
+    assert acked and all(r.status == "PUT_OK" for _, r in acked)
+    master, f1, f2 = g.members
+    assert len(os.listdir(os.path.join(master.data_dir, "commitlog"))) >= 4  # segments rolled
+    for f in (f1, f2):
+        caught_up(c, f, master)
+        assert identical_logs(master, f)
+    # the follower's own dispatch: its consume queues and index answer like the master's
+    reader = Client(f1.address, timeout=10)
+    topic, sample = acked[-1]
+    q = QueueRef(sample.node, f1.address, sample.queue_id)
+    wait_until(lambda: reader.pull(topic, q, sample.queue_offset, max_messages=1).messages, what="the follower's consume queue")
+    on_master = c.pull(topic, QueueRef(sample.node, master.address, sample.queue_id), sample.queue_offset, max_messages=1).messages[0]
+    on_follower = reader.pull(topic, q, sample.queue_offset, max_messages=1).messages[0]
+    assert on_follower.body == on_master.body and on_follower.commitlog_offset == on_master.commitlog_offset
+    # the follower refuses producers and commits, naming what to do
+    with pytest.raises(StoreError) as e:
+        reader.send_batch("orders", [OutMessage(b"x")], queue=QueueRef("m1", f1.address, 0))
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and "follower" in e.value.details
+    r1 = role(c, f1)
+    assert r1.role == "SLAVE" and r1.master_address == master.address and r1.connected and r1.lag_bytes == 0
+    rm = role(c, master)
+    assert rm.role == "MASTER" and rm.mode == "SYNC" and {f.member for f in rm.followers} == {"m1", "m2"}
+    reader.close()
+
+
+def test_metadata_follows_the_master(groups):
+    from msgstore.v1 import msgstore_pb2 as pb
+
+    g = groups(2)
+    master, follower = g.members
+    c = g.client()
+    c.create_topic("meta", 3)
+    c.send("meta", b"x")
+    q = c.route("meta", refresh=True).queues[0]
+    c.commit("billing", "meta", q, 1)
+    direct = Client(follower.address)  # calls to the follower itself, not routed to its master
+    req = pb.GetCommittedOffsetRequest(group="billing", topic="meta", queue_id=q.queue_id)
+    wait_until(lambda: direct._call(follower.address, "GetCommittedOffset", req).offset == 1, what="the commit copied to the follower")
+    topics = direct._call(follower.address, "ListTopics", pb.ListTopicsRequest()).topics
+    assert {t.name: t.write_queue_nums for t in topics}["meta"] == 3
+    direct.close()
+
+
+def test_sync_puts_say_when_followers_do_not_confirm(groups):
+    g = groups(2, master=SYNC)
+    master, follower = g.members
+    c = g.client()
+    assert c.send("s", b"ok").status == "PUT_OK"
+    os.kill(follower.proc.pid, signal.SIGSTOP)  # the stream is cut: the follower reads nothing
+    try:
+        t = time.monotonic()
+        r = c.send("s", b"unconfirmed")
+        assert r.status == "FLUSH_SLAVE_TIMEOUT" and time.monotonic() - t >= 0.9  # stored, never a silent PUT_OK
+    finally:
+        os.kill(follower.proc.pid, signal.SIGCONT)
+    wait_until(lambda: c.send("s", b"again").status == "PUT_OK", timeout=20, what="writes to resume")
+    follower.kill()  # no follower at all: stored on the master alone
+    wait_until(lambda: not role(c, master).followers, what="the master to see the follower gone")
+    assert c.send("s", b"alone").status == "SLAVE_NOT_AVAILABLE"
+
+
+def test_too_few_in_sync_replicas_store_nothing(groups):
+    g = groups(2, master=["brokerRole=SYNC_MASTER", "inSyncReplicas=3", "slaveTimeout=500"])
+    c = g.client()
+    wait_until(lambda: role(c, g.members[0]).followers, what="the follower to connect")
+    before = role(c, g.members[0]).end_offset
+    r = c.send("s", b"x")
+    assert r.status == "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    assert role(c, g.members[0]).end_offset == before  # nothing was stored
+
+
+def test_promotion_and_the_old_master_rejoining_after_truncation(groups):
+    g = groups(2)  # ASYNC
+    old, new = g.members
+    c = g.client()
+    mixed_load(c, 30)
+    caught_up(c, new, old)
+    shared_end = role(c, old).end_offset
+    new.kill()  # the follower is gone: what the master takes now exists only there
+    tail = c.send_batch("orders", [OutMessage(b"only-on-the-old-master-%d" % i) for i in range(20)])
+    assert all(r.ok for r in tail)
+    assert role(c, old).end_offset > shared_end
+    old.kill()
+    new.start()  # still a follower of the dead master, until promoted
+    promoted = c.admin(new.address).promote()
+    assert promoted.role == "MASTER" and promoted.epoch == 2 and promoted.end_offset == shared_end
+    written = Client(new.address).send_batch("orders", [OutMessage(b"new-term-%d" % i) for i in range(30)])
+    assert all(r.ok for r in written)
+    g.restart_as_follower(old, new)
+
+    caught_up(c, old, new)
+    assert identical_logs(old, new)  # the unreplicated tail was cut back (zeroed), then overwritten
+    r_old = role(c, old)
+    assert r_old.role == "SLAVE" and [(e.epoch, e.start_offset) for e in r_old.epochs] == [(1, 0), (2, shared_end)]
+    with open(os.path.join(old.data_dir, "epochFileCheckpoint")) as f:
+        assert f.read().split() == ["2", "1-0", f"2-{shared_end}"]
+    assert "cutting the commit log back" in old.log()
+
+
+def test_async_loss_is_at_most_the_lag_the_master_reported(groups):
+    g = groups(2)
+    master, follower = g.members
+    c = g.client()
+    mixed_load(c, 10)
+    caught_up(c, follower, master)
+    os.kill(follower.proc.pid, signal.SIGSTOP)
+    try:
+        acked = c.send_batch("orders", [OutMessage(os.urandom(2000)) for _ in range(100)])
+        assert all(r.ok for r in acked)
+        reported = role(c, master)
+        lag = max(f.lag_bytes for f in reported.followers)
+        master_end = reported.end_offset
+        master.kill()
+    finally:
+        os.kill(follower.proc.pid, signal.SIGCONT)
+    promoted = Client(follower.address).admin(follower.address).promote()
+    lost = master_end - promoted.end_offset
+    assert 0 <= lost <= lag, (lost, lag)
+
+
+def test_a_follower_recovers_from_its_own_crash(groups):
+    g = groups(2)
+    master, follower = g.members
+    c = g.client()
+    mixed_load(c, 40)
+    follower.kill()
+    mixed_load(c, 40, seed=2)
+    follower.start()
+    caught_up(c, follower, master)
+    assert identical_logs(master, follower)
+
+
+def test_replication_needs_the_admin_token(tmp_path, groups):
+    token = tmp_path / "admin"
+    token.write_text("s3cret\n")
+    g = groups(2, start=False)
+    g.members[0].extra += ["--admin-token-file", str(token)]
+    g.members[1].extra += ["--admin-token-file", str(token)]
+    g.start(admin_token="s3cret")
+    c = g.client(admin_token="s3cret")
+    c.send("t", b"x")
+    caught_up(c, g.members[1], g.members[0])
+    intruder = grpc.insecure_channel(g.members[0].address)
+    from msgstore.v1 import ha_pb2, ha_pb2_grpc
+
+    with pytest.raises(grpc.RpcError) as e:
+        ha_pb2_grpc.ReplicationStub(intruder).GetMetadata(ha_pb2.GetMetadataRequest(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    intruder.close()
