@@ -96,6 +96,8 @@ class RoleHandlers:
 
     async def Promote(self, request: apb.PromoteRequest, context) -> apb.RoleStatus:
         replica = await self._replica(context)
+        if request.mode not in ("", "SYNC", "ASYNC"):
+            raise v.InvalidArgument("mode", f"must be SYNC or ASYNC (or empty to keep the current one), got {request.mode!r}")
         try:
             await replica.promote(request.epoch, request.mode)
         except RoleError as e:

@@ -200,6 +200,8 @@ class StoreServer:
             mine = self.roles.read().get(self.node_name)
             if mine is not None:
                 group, role, master = mine.group, mine.broker_role, mine.master_address
+        if role == "SLAVE" and not master and self.roles is None:
+            raise RoleError("a SLAVE needs its master's address (haMasterAddress, or --replica-of)")
         replica = Replica(
             self.store,
             self.node_name,
@@ -230,7 +232,7 @@ class StoreServer:
             try:
                 if mine.is_master and (not r.is_master or r.epoch < mine.epoch):
                     await r.promote(max(mine.epoch, r.epoch + 1), mine.mode)
-                elif not mine.is_master and (r.is_master or r.master_address != mine.master_address):
+                elif not mine.is_master and mine.master_address and (r.is_master or r.master_address != mine.master_address):
                     await r.follow(mine.master_address)
             except Exception:
                 log.exception("applying the roles file failed")

@@ -92,7 +92,9 @@ class EpochFile:
             return list(self.entries)
 
     def append(self, epoch: int, start: int) -> None:
-        """A new term: larger epoch, and a start not before the last term's."""
+        """A new term: larger epoch, and a start not before the last term's. Deviation from
+        RocketMQ (which refuses an equal start): a term that wrote nothing is replaced by the new
+        one, so back-to-back promotions without writes (a failover during a failover) work."""
         with self.lock:
             last = self.last
             if last is not None and (epoch <= last.epoch or start < last.start):
@@ -118,13 +120,14 @@ class EpochFile:
                 self.entries = kept
                 self._save()
 
-    def truncate_prefix(self, min_offset: int) -> None:
-        """Drop terms whose bytes were all deleted by retention (``truncateEpochFilePrefix``):
-        a term ends where the next starts; the last term is open and always kept."""
+    def truncate_prefix(self, offset: int) -> None:
+        """Drop the first terms while they end at or before ``offset`` (RocketMQ's
+        ``truncatePrefixByOffset``; cleanup passes the log's new first offset minus one): a term
+        ends where the next starts; the last term is open and always kept."""
         with self.lock:
             entries = self.entries
             keep_from = 0
-            while keep_from + 1 < len(entries) and entries[keep_from + 1].start <= min_offset:
+            while keep_from + 1 < len(entries) and entries[keep_from + 1].start <= offset:
                 keep_from += 1
             if keep_from:
                 self.entries = entries[keep_from:]

@@ -24,6 +24,7 @@ from .tracker import ReplicaTracker
 log = logging.getLogger(__name__)
 
 MASTER, SLAVE = "MASTER", "SLAVE"
+MAX_EPOCH = 2**32 - 1  # epochs travel as uint32
 ROLES = {"ASYNC_MASTER": (MASTER, "ASYNC"), "SYNC_MASTER": (MASTER, "SYNC"), "SLAVE": (SLAVE, "ASYNC")}
 
 
@@ -49,8 +50,6 @@ class Replica:
         self.node = node
         self.group = group
         self.role, self.mode = ROLES[broker_role]
-        if self.role == SLAVE and not master_address:
-            raise RoleError("a SLAVE needs its master's address (haMasterAddress, or --replica-of)")
         self.master_address = master_address if self.role == SLAVE else ""
         self.channel = channel
         self.call_metadata = call_metadata
@@ -58,7 +57,8 @@ class Replica:
         self.tracker = ReplicaTracker()
         self.signal = AppendSignal()
         self.follower: Follower | None = None
-        store.cleaner.on_deleted.append(self.epochs.truncate_prefix)
+        # retention deleted the log below min_offset: terms that ended there go (truncateEpochFilePrefix(minPhyOffset - 1))
+        store.cleaner.on_deleted.append(lambda min_offset: self.epochs.truncate_prefix(min_offset - 1))
 
     @property
     def is_master(self) -> bool:
@@ -77,8 +77,11 @@ class Replica:
             if self.epochs.last is None:
                 self.epochs.append(1, self.store.commitlog.max_offset)
             log.info("%s is the master of %s (%s), epoch %d", self.node, self.group, self.mode, self.epoch)
-        else:
+        elif self.master_address:
             self._follow(self.master_address)
+        else:  # the operator names the master once it has an address (the roles file, or SetRole)
+            self.store.follower = True
+            log.info("%s is a follower in %s, waiting to be told its master's address", self.node, self.group)
 
     async def stop(self) -> None:
         if self.follower is not None:
@@ -99,6 +102,8 @@ class Replica:
         if mode and mode not in ("SYNC", "ASYNC"):
             raise RoleError(f"mode must be SYNC or ASYNC, got {mode!r}")
         new = epoch or self.epoch + 1
+        if new > MAX_EPOCH:
+            raise RoleError(f"epoch {new} is past the largest epoch ({MAX_EPOCH})")
         if new <= self.epoch:
             if self.is_master and epoch == self.epoch:
                 return  # asked again (a controller retrying): already done
