@@ -92,6 +92,35 @@ def spec_schema() -> dict[str, Any]:
                 "properties": {"name": {"type": "string"}, "key": {"type": "string", "default": "token"}},
             },
             "podDisruptionBudget": {"type": "object", "properties": {"maxUnavailable": {"type": "integer", "minimum": 0, "default": 1}}},
+            "replication": replication_schema(),
+        },
+    }
+
+
+def replication_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Every node becomes a replica group of `replicas` members (a master and its followers, each with its "
+        "own volume); the operator fails over when a master is not Ready for failoverAfterSeconds.",
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.inSyncReplicas) || self.inSyncReplicas <= self.replicas", "message": "inSyncReplicas must be <= replicas"}
+        ],
+        "properties": {
+            "replicas": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 7,
+                "default": 1,
+                "description": "Members per group, master included (1: no replication).",
+            },
+            "mode": {
+                "type": "string",
+                "enum": ["SYNC", "ASYNC"],
+                "default": "SYNC",
+                "description": "SYNC: a put is acknowledged once inSyncReplicas members hold it; ASYNC: after the master's own flush.",
+            },
+            "inSyncReplicas": {"type": "integer", "minimum": 1, "description": "Members, master included, holding a SYNC put (default 2)."},
+            "failoverAfterSeconds": {"type": "integer", "minimum": 1, "default": 10, "description": "How long a master may be not Ready."},
         },
     }
 

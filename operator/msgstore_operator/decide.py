@@ -16,16 +16,18 @@ class RollStep:
     reason: str = ""
 
 
-def roll_step(pods: list[PodView], desired_hash: str, replicas: int, rolling: bool = False) -> RollStep:
+def roll_step(pods: list[PodView], desired_hash: str, replicas: int, rolling: bool = False, last: frozenset[str] = frozenset()) -> RollStep:
     """One step of a rolling restart: highest ordinal first, one pod at a time, and only while
     every other pod is Ready with its recovery finished. A roll under way (``rolling``) is done
     only when the last restarted pod is back, Ready and recovered.
 
     An outdated pod that is not Ready goes first, without waiting for it: it serves nothing
     already, and it may never become Ready (a broken image the user has since reverted), so
-    waiting for it would wedge the roll that is meant to repair it."""
+    waiting for it would wedge the roll that is meant to repair it.
+
+    Pods named in ``last`` (replica groups' masters) go after every other outdated pod."""
     current = {p.ordinal: p for p in pods if 0 <= p.ordinal < replicas}
-    outdated = sorted((p for p in current.values() if p.restart_hash != desired_hash), key=lambda p: -p.ordinal)
+    outdated = sorted((p for p in current.values() if p.restart_hash != desired_hash), key=lambda p: (p.name in last, -p.ordinal))
     if not outdated and not rolling:
         return RollStep("done")
     broken = [p for p in outdated if not p.ready and not p.deleting]

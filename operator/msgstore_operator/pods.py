@@ -50,6 +50,7 @@ class PodView:
     store: dict[str, Any] | None = None  # Admin.GetStatus as a dict; None when unreachable
     error: str = ""
     token: str | None = None  # the admin token this pod accepted
+    role: dict[str, Any] | None = None  # Admin.GetRole (replicated stores): role, epoch, end_offset, master_address, lag...
 
     @property
     def address(self) -> str | None:
@@ -150,6 +151,23 @@ def _status(spec: Spec, view: PodView, token: str | None) -> dict[str, Any]:
         return admin_of(c, spec, view).status()
 
 
+def _role(spec: Spec, view: PodView, token: str | None) -> dict[str, Any]:
+    with Client(f"{view.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S) as c:
+        r = admin_of(c, spec, view).role_pb()
+    return {
+        "group": r.group,
+        "role": r.role,
+        "mode": r.mode,
+        "epoch": r.epoch,
+        "end_offset": r.end_offset,
+        "master_address": r.master_address,
+        "lag_bytes": r.lag_bytes,
+        "lag_seconds": r.lag_seconds,
+        "connected": r.connected,
+        "followers": {f.member: {"lag_bytes": f.lag_bytes, "in_sync": f.in_sync} for f in r.followers},
+    }
+
+
 def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -> list[PodView]:
     """Every pod of the store, highest ordinal first, with its store status where reachable.
 
@@ -179,6 +197,8 @@ def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -
                 try:
                     view.store = _status(spec, view, candidate)
                     view.token, view.error = candidate, ""
+                    if spec.replication.enabled:
+                        view.role = _role(spec, view, candidate)
                     break
                 except StoreError as e:
                     view.error = f"{e.code.name}: {e.details}"

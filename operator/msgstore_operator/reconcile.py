@@ -8,6 +8,7 @@ restart; and compute the status (conditions, per-pod figures) and the Events wor
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from msgstore.client import StoreError
 from msgstore.store.config import HOT_KEYS, StoreConfig
 from msgstore.wire import config_text
 
-from . import decide, render
+from . import decide, render, replication
 from .kube import ApiError, Kube
 from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
@@ -84,6 +85,7 @@ class Reconciler:
     def __init__(self, kube: Kube):
         self.kube = kube
         self._pending_claims: list[str] = []  # claims that keep pods from starting, with Kubernetes' reason
+        self._token: str | None = None  # the admin token of this pass
 
     # ------------------------------------------------------------------ objects
 
@@ -146,9 +148,11 @@ class Reconciler:
             token, missing = None, e
         self._report(conditions, out, "ReferenceMissing", missing.reason if missing else "", str(missing or ""), ok_reason="AllFound")
         pods = observe(self.kube, spec, token, reachable=missing is None)
+        self._token = token
         nonce = self._restart_nonce(annotations, status, out)
         replicas = self._replicas(spec, pods, annotations, conditions, out)
-        for obj in render.all_objects(spec, replicas, nonce):
+        roles = self._replication(spec, pods, token, replicas, conditions, status, out) if spec.replication.enabled else None
+        for obj in render.all_objects(spec, replicas, nonce, roles):
             self.apply(obj, out)
         self._volumes(spec, replicas, conditions, out)
         desired_hash = render.restart_hash(spec, nonce)
@@ -192,12 +196,14 @@ class Reconciler:
         return status.get("restartNonce", "")
 
     def _replicas(self, spec: Spec, pods: list[PodView], annotations: dict, conditions: list, out: Outcome) -> int:
+        """The StatefulSet's pod count: ``spec.pods`` (nodes × members per group), or the current
+        count while a scale-down is blocked."""
         live = self.kube.get_or_none("StatefulSet", spec.namespace, spec.name)
-        current = int(live["spec"]["replicas"]) if live else spec.replicas
-        if spec.replicas >= current:
+        current = int(live["spec"]["replicas"]) if live else spec.pods
+        if spec.pods >= current:
             decide.set_condition(conditions, "ScaleDownBlocked", False, "NotScalingDown")
-            return spec.replicas
-        removed = [p for p in pods if p.ordinal >= spec.replicas]
+            return spec.pods
+        removed = [p for p in pods if p.ordinal >= spec.pods]
         blocker = decide.scale_down_blocker(removed)
         if blocker and str(annotations.get(FORCE_SCALE_DOWN, "")).lower() != "true":
             if decide.set_condition(conditions, "ScaleDownBlocked", True, "UnconsumedMessages", blocker):
@@ -206,9 +212,62 @@ class Reconciler:
             return current
         decide.set_condition(conditions, "ScaleDownBlocked", False, "Allowed" if not blocker else "Forced", blocker or "")
         out.events.append(
-            ("Normal", "ScaledDown", f"scaling from {current} to {spec.replicas} nodes" + (f" (forced: {blocker})" if blocker else ""))
+            ("Normal", "ScaledDown", f"scaling from {current} to {spec.pods} pods" + (f" (forced: {blocker})" if blocker else ""))
         )
-        return spec.replicas
+        return spec.pods
+
+    # ------------------------------------------------------------------ replication
+
+    def _replication(
+        self, spec: Spec, pods: list[PodView], token: str | None, replicas: int, conditions: list, status: dict, out: Outcome
+    ) -> dict[str, Any]:
+        """Each group's master: confirmed, promoted after failoverAfterSeconds not Ready, its
+        followers pointed at it; the figures in ``status.replication``. Returns the roles
+        document (the roles ConfigMap every pod reads)."""
+        repl = dict(status.get("replication") or {})
+        groups = {g: dict(v) for g, v in (repl.get("groups") or {}).items()}
+        by_name = {p.name: p for p in pods}
+        blocked = []
+        for group, names in spec.groups(replicas).items():
+            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time())
+            if plan.waiting:
+                out.waiting = out.waiting or plan.waiting
+            if plan.blocked:
+                blocked.append(plan.blocked)
+            state = plan.state if self._carry_out(spec, plan, by_name, token, out) else {**groups.get(group, {}), **_kept(plan.state)}
+            out.events += plan.events if state is plan.state else []
+            state["members"] = replication.member_figures(names, by_name, state.get("master", ""))
+            groups[group] = state
+        for gone in [g for g in groups if g not in spec.groups(replicas)]:
+            del groups[gone]
+        status["replication"] = {"mode": spec.replication.mode, "replicas": spec.replication.replicas, "groups": groups}
+        self._report(conditions, out, "FailoverBlocked", "NoReadyFollower", "; ".join(blocked), ok_reason="MastersServing")
+        return replication.roles_document(spec, groups)
+
+    def _carry_out(self, spec: Spec, plan: replication.GroupPlan, pods: dict[str, PodView], token: str | None, out: Outcome) -> bool:
+        """Promote and repoint as planned; False when a promotion failed (the plan's state is not
+        taken: the next pass tries again)."""
+        ok = True
+        for action in plan.actions:
+            p = pods.get(action.pod)
+            if p is None or not p.ip:
+                ok = ok and not isinstance(action, replication.Promote)
+                continue
+            try:
+                with admin_client(spec, p, token) as c:
+                    admin = admin_of(c, spec, p)
+                    if isinstance(action, replication.Promote):
+                        admin.promote(epoch=action.epoch, mode=action.mode)
+                        log.info("promoted %s to master of %s at epoch %d", p.name, plan.group, action.epoch)
+                    else:
+                        admin.set_role(action.address)
+                        log.info("%s now follows %s", p.name, action.address)
+            except StoreError as e:
+                out.events.append(("Warning", "RoleChangeFailed", f"{plan.group}: {action} failed: {e}"))
+                out.waiting = out.waiting or f"{plan.group}: a role change failed"
+                if isinstance(action, replication.Promote):
+                    return False
+        return ok
 
     def _volumes(self, spec: Spec, replicas: int, conditions: list, out: Outcome) -> None:
         """Grow every pod's volume to ``spec.storage.size`` (a claim can grow, never shrink), as
@@ -266,7 +325,7 @@ class Reconciler:
             return
         results = []
         for p in sorted(pods, key=lambda p: p.ordinal):
-            if p.ordinal >= spec.replicas:
+            if p.ordinal >= spec.pods:
                 continue
             entry: dict[str, Any] = {"pod": p.name}
             if p.store is None:
@@ -294,7 +353,9 @@ class Reconciler:
 
     def _roll(self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, status: dict, out: Outcome) -> None:
         roll = dict(status.get("lastRoll") or {})
-        step = decide.roll_step(pods, desired_hash, replicas, rolling=roll.get("state") == "running")
+        groups = (status.get("replication") or {}).get("groups") or {}
+        masters = frozenset(g.get("master", "") for g in groups.values()) if spec.replication.enabled else frozenset()
+        step = decide.roll_step(pods, desired_hash, replicas, rolling=roll.get("state") == "running", last=masters)
         if step.action == "done":
             if roll.get("state") == "running":
                 roll.update(state="done", finished=decide.now(), message="every pod is up to date")
@@ -305,6 +366,10 @@ class Reconciler:
             roll = {"state": "running", "started": decide.now(), "restarted": [], "targetHash": desired_hash}
             out.events.append(("Normal", "RollStarted", "rolling restart started: pods are restarted highest ordinal first"))
         roll["message"] = step.reason
+        if step.action == "delete" and step.pod in masters and self._switchover(spec, pods, step.pod, status, out):
+            status["lastRoll"] = roll
+            out.waiting = f"moving mastership away from {step.pod} before restarting it"
+            return
         if step.action == "delete":
             self.kube.delete("Pod", spec.namespace, step.pod)
             roll["restarted"] = [*roll.get("restarted", []), step.pod]
@@ -312,11 +377,29 @@ class Reconciler:
         status["lastRoll"] = roll
         out.waiting = step.reason
 
+    def _switchover(self, spec: Spec, pods: list[PodView], master: str, status: dict, out: Outcome) -> bool:
+        """Before a roll restarts a master: promote a caught-up follower of its group. True when
+        mastership moved (or cannot yet: the roll then waits rather than restart a master)."""
+        groups = status["replication"]["groups"]
+        group = next(g for g, st in groups.items() if st.get("master") == master)
+        names = spec.groups(spec.pods).get(group, [])
+        by_name = {p.name: p for p in pods}
+        plan = replication.plan_switchover(spec, group, names, by_name, groups[group])
+        if plan is None:
+            return len(names) > 1  # a group of one has nowhere to move to: restart it in place
+        if self._carry_out(spec, plan, by_name, self._token, out):
+            plan.state["members"] = groups[group].get("members", [])
+            groups[group] = plan.state
+            out.events += plan.events
+            roles = replication.roles_document(spec, groups)
+            self.apply(render.roles_config_map(spec, roles), out)
+        return True
+
     def _status(
         self, spec: Spec, pods: list[PodView], desired_hash: str, replicas: int, meta: dict, conditions: list, status: dict, out: Outcome
     ) -> None:
         status["observedGeneration"] = meta.get("generation")
-        status["replicas"] = len(pods)  # what exists (the scale subresource's status)
+        status["replicas"] = -(-len(pods) // spec.replication.replicas)  # nodes that exist (the scale subresource's status)
         status["selector"] = spec.selector_text
         status["pods"] = [decide.pod_figures(p, desired_hash) for p in sorted(pods, key=lambda p: p.ordinal)]
         mine = [p for p in pods if p.ordinal < replicas]
@@ -369,6 +452,11 @@ class Reconciler:
         ready = not (missing or not_ready or busy)
         why = busy or (f"missing {', '.join(missing)}" if missing else f"not ready: {', '.join(not_ready)}" if not_ready else "")
         decide.set_condition(conditions, "Ready", ready, "AllPodsReady" if ready else "NotReady", why)
+
+
+def _kept(state: dict[str, Any]) -> dict[str, Any]:
+    """What a pass keeps of a plan whose promotion failed: only how long the master was down."""
+    return {k: v for k, v in state.items() if k == "masterNotReadySince"}
 
 
 def _claim_size(sts: dict[str, Any]) -> int:

@@ -7,9 +7,10 @@ all owned by the MessageStore.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from .spec import ADMIN_DIR, API_VERSION, CONFIG_CHECKSUM, CONFIG_DIR, DATA_DIR, KIND, RESTART_HASH, Spec, digest
+from .spec import ADMIN_DIR, API_VERSION, CONFIG_CHECKSUM, CONFIG_DIR, DATA_DIR, KIND, RESTART_HASH, ROLES_DIR, Spec, digest
 
 UID = 10001
 
@@ -33,6 +34,17 @@ def _meta(spec: Spec, name: str) -> dict[str, Any]:
 
 def config_map(spec: Spec) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, spec.config_map), "data": {"store.conf": spec.store_conf()}}
+
+
+def roles_config_map(spec: Spec, roles: dict[str, Any]) -> dict[str, Any]:
+    """Which member of each group is master, at what epoch, and where: every pod reads it when
+    it starts (an old master comes back as a follower) and follows its changes."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(spec, spec.roles_config_map),
+        "data": {"roles.json": json.dumps(roles, sort_keys=True, indent=1)},
+    }
 
 
 def headless_service(spec: Spec) -> dict[str, Any]:
@@ -101,6 +113,8 @@ def container_args(spec: Spec) -> list[str]:
     ]
     if spec.admin_secret:
         args += ["--admin-token-file", f"{ADMIN_DIR}/{spec.admin_secret.get('key', 'token')}"]
+    if spec.replication.enabled:
+        args += ["--roles-file", f"{ROLES_DIR}/roles.json"]
     return args
 
 
@@ -142,6 +156,9 @@ def pod_template(spec: Spec) -> dict[str, Any]:
     if spec.admin_secret:
         container["volumeMounts"].append({"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True})
         volumes.append({"name": "admin-token", "secret": {"secretName": spec.admin_secret["name"], "defaultMode": 0o440}})
+    if spec.replication.enabled:
+        container["volumeMounts"].append({"name": "roles", "mountPath": ROLES_DIR, "readOnly": True})
+        volumes.append({"name": "roles", "configMap": {"name": spec.roles_config_map}})
     pod_spec: dict[str, Any] = {
         "securityContext": {
             "runAsNonRoot": True,
@@ -160,6 +177,19 @@ def pod_template(spec: Spec) -> dict[str, Any]:
     for key in ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "priorityClassName"):
         if p.get(key):
             pod_spec[key] = p[key]
+    if spec.replication.enabled and not p.get("affinity"):
+        # a group's members on different machines, where there are enough (a lost machine then
+        # takes one copy of each message, not all of them)
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {"labelSelector": {"matchLabels": dict(spec.selector)}, "topologyKey": "kubernetes.io/hostname"},
+                    }
+                ]
+            }
+        }
     return {"metadata": {"labels": dict(spec.labels)}, "spec": pod_spec}
 
 
@@ -182,7 +212,7 @@ def stateful_set(spec: Spec, replicas: int | None = None, nonce: str = "") -> di
         "metadata": _meta(spec, spec.name),
         "spec": {
             "serviceName": spec.headless,
-            "replicas": spec.replicas if replicas is None else replicas,
+            "replicas": spec.pods if replicas is None else replicas,
             "podManagementPolicy": "Parallel",  # nodes are independent: no need to start them in order
             "updateStrategy": {"type": "OnDelete"},  # the operator rolls pods itself, one at a time
             "selector": {"matchLabels": dict(spec.selector)},
@@ -200,11 +230,9 @@ def stateful_set(spec: Spec, replicas: int | None = None, nonce: str = "") -> di
     }
 
 
-def all_objects(spec: Spec, replicas: int | None = None, nonce: str = "") -> list[dict[str, Any]]:
-    return [
-        config_map(spec),
-        headless_service(spec),
-        client_service(spec),
-        pod_disruption_budget(spec),
-        stateful_set(spec, replicas, nonce),
-    ]
+def all_objects(spec: Spec, replicas: int | None = None, nonce: str = "", roles: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """``replicas``: pods of the StatefulSet; ``roles``: the roles document (replicated stores)."""
+    objects = [config_map(spec)]
+    if spec.replication.enabled:
+        objects.append(roles_config_map(spec, roles or {"groups": {}}))
+    return [*objects, headless_service(spec), client_service(spec), pod_disruption_budget(spec), stateful_set(spec, replicas, nonce)]

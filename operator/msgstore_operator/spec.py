@@ -28,6 +28,7 @@ DEFAULT_IMAGE = os.environ.get("MSGSTORE_IMAGE", "ghcr.io/msgstore/msgstore:0.1.
 DATA_DIR = "/var/lib/msgstore"
 CONFIG_DIR = "/etc/msgstore/config"
 ADMIN_DIR = "/etc/msgstore/admin"
+ROLES_DIR = "/etc/msgstore/roles"
 METRICS_PORT_OFFSET = 1
 
 # annotations (actions the user sets, bookkeeping we set)
@@ -39,6 +40,20 @@ CONFIG_CHECKSUM = "msgstore.io/config-checksum"
 RESTART_HASH = "msgstore.io/restart-hash"
 
 TYPED_STORE_KEYS = TYPED_KEYS  # spec.store fields of their own (the rest go in spec.store.extra)
+
+
+@dataclass(frozen=True)
+class Replication:
+    """``spec.replication``: every node a group of ``replicas`` members (1: no replication)."""
+
+    replicas: int = 1
+    mode: str = "SYNC"
+    in_sync_replicas: int = 2
+    failover_after_s: int = 10
+
+    @property
+    def enabled(self) -> bool:
+        return self.replicas > 1
 
 
 class SpecError(ValueError):
@@ -68,6 +83,26 @@ class Spec:
     admin_secret: dict | None
     max_unavailable: int
     annotations: dict = field(default_factory=dict)
+    replication: Replication = field(default_factory=Replication)
+
+    @property
+    def pods(self) -> int:
+        """Pods of the StatefulSet: every node's group members (pod i is member i % R of group i // R)."""
+        return self.replicas * self.replication.replicas
+
+    def group_of(self, ordinal: int) -> str:
+        return f"{self.name}-g{ordinal // self.replication.replicas}"
+
+    def groups(self, pods: int | None = None) -> dict[str, list[str]]:
+        """Group name -> its members' pod names, in ordinal order."""
+        out: dict[str, list[str]] = {}
+        for i in range(self.pods if pods is None else pods):
+            out.setdefault(self.group_of(i), []).append(self.pod_name(i))
+        return out
+
+    @property
+    def roles_config_map(self) -> str:
+        return f"{self.name}-roles"
 
     @property
     def hot(self) -> dict[str, str]:
@@ -140,6 +175,13 @@ def parse(body: Mapping[str, Any]) -> Spec:
     if replicas < 1:
         raise SpecError("spec.replicas", "must be at least 1")
     pdb = spec.get("podDisruptionBudget") or {}
+    replication = _replication(spec.get("replication") or {})
+    if replication.enabled:
+        for key in ("brokerRole", "haMasterAddress"):
+            if key in store:
+                raise SpecError(f"spec.store.extra.{key}", "set by the operator from spec.replication (leave it out)")
+        store.setdefault("inSyncReplicas", str(replication.in_sync_replicas if replication.mode == "SYNC" else 1))
+        store.setdefault("slaveReadEnable", "true")
     return Spec(
         name=meta["name"],
         namespace=meta.get("namespace", "default"),
@@ -157,7 +199,24 @@ def parse(body: Mapping[str, Any]) -> Spec:
         admin_secret=spec.get("adminTokenSecret"),
         max_unavailable=int(pdb.get("maxUnavailable", 1)),
         annotations=dict(meta.get("annotations") or {}),
+        replication=replication,
     )
+
+
+def _replication(r: Mapping[str, Any]) -> Replication:
+    replicas = int(r.get("replicas", 1))
+    if replicas < 1:
+        raise SpecError("spec.replication.replicas", "must be at least 1")
+    mode = str(r.get("mode", "SYNC"))
+    if mode not in ("SYNC", "ASYNC"):
+        raise SpecError("spec.replication.mode", f"must be SYNC or ASYNC, got {mode!r}")
+    isr = int(r.get("inSyncReplicas", min(2, replicas)))
+    if not 1 <= isr <= replicas:
+        raise SpecError("spec.replication.inSyncReplicas", f"must be between 1 and replicas ({replicas}), got {isr}")
+    after = int(r.get("failoverAfterSeconds", 10))
+    if after < 1:
+        raise SpecError("spec.replication.failoverAfterSeconds", "must be at least 1")
+    return Replication(replicas, mode, isr, after)
 
 
 _UNITS = {
