@@ -56,6 +56,14 @@ def _usable(p: PodView | None) -> bool:
     return p is not None and p.ready and not p.deleting and p.role is not None and bool(p.ip)
 
 
+def _lost_data(master: PodView | None, others: list[PodView | None], recorded_end: int) -> bool:
+    """The master's log ends before where it was seen to end (its volume was replaced or
+    emptied) while a follower holds more: that follower must take over."""
+    if not _usable(master) or master is None or master.role is None or master.role["end_offset"] >= recorded_end:
+        return False
+    return any(_usable(p) and p is not None and p.role is not None and p.role["end_offset"] > master.role["end_offset"] for p in others)
+
+
 def address(spec: Spec, p: PodView) -> str:
     return f"{p.ip}:{spec.port}"
 
@@ -69,8 +77,11 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
     plan = GroupPlan(group, state)
     mode = spec.replication.mode
     master = pods.get(state["master"])
-    if _usable(master):
+    # a master whose log went backwards lost its volume (replaced, emptied): fail over at once
+    lost = _lost_data(master, [pods.get(n) for n in names if n != state["master"]], int(state.get("endOffset", 0)))
+    if _usable(master) and not lost:
         assert master is not None and master.role is not None
+        state["endOffset"] = max(int(state.get("endOffset", 0)), int(master.role["end_offset"]))
         state.pop("masterNotReadySince", None)
         state["address"] = address(spec, master)
         if master.role["role"] != "MASTER":  # a promotion that did not take: a new term, never one a follower holds
@@ -84,7 +95,7 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
     if since is None:
         since = now
     state["masterNotReadySince"] = iso(since)
-    after = spec.replication.failover_after_s
+    after = 0 if lost else spec.replication.failover_after_s
     if now - since < after:
         plan.waiting = f"{group}: master {state['master']} not ready for {now - since:.0f} s (failover after {after} s)"
         return plan
@@ -94,20 +105,29 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
         return plan
     best = max(candidates, key=lambda p: (p.role["end_offset"] if p.role else 0, -p.ordinal))
     assert best.role is not None
-    epoch = max([int(state["epoch"]), *(int(p.role["epoch"]) for p in candidates if p.role)]) + 1
+    epochs = [int(state["epoch"]), *(int(p.role["epoch"]) for p in candidates if p.role)]
+    if master is not None and master.role is not None:
+        epochs.append(int(master.role["epoch"]))
+    epoch = max(epochs) + 1
     plan.actions.append(Promote(best.name, epoch, mode))
     old = state["master"]
     plan.state = {
         "master": best.name,
         "epoch": epoch,
         "address": address(spec, best),
+        "endOffset": int(best.role["end_offset"]),
         "lastFailover": {"time": iso(now), "from": old, "to": best.name, "epoch": epoch, "endOffset": int(best.role["end_offset"])},
     }
+    why = (
+        f"lost its data (its log ends at {master.role['end_offset'] if master and master.role else 0})"
+        if lost
+        else f"not ready for {now - since:.0f} s"
+    )
     plan.events.append(
         (
             "Warning",
             "Failover",
-            f"{group}: master {old} not ready for {now - since:.0f} s; promoted {best.name} "
+            f"{group}: master {old} {why}; promoted {best.name} "
             f"(end offset {best.role['end_offset']}, the most of the ready followers) at epoch {epoch}",
         )
     )
@@ -127,7 +147,13 @@ def plan_switchover(spec: Spec, group: str, names: list[str], pods: dict[str, Po
         return None
     best = max(candidates, key=lambda p: (p.role["end_offset"] if p.role else 0, -p.ordinal))
     epoch = int(state.get("epoch", 1)) + 1
-    new_state = {**{k: v for k, v in state.items() if k != "members"}, "master": best.name, "epoch": epoch, "address": address(spec, best)}
+    new_state = {
+        **{k: v for k, v in state.items() if k != "members"},
+        "master": best.name,
+        "epoch": epoch,
+        "address": address(spec, best),
+        "endOffset": int(best.role["end_offset"]) if best.role else 0,
+    }
     new_state.pop("masterNotReadySince", None)
     plan = GroupPlan(group, new_state, [Promote(best.name, epoch, spec.replication.mode)])
     _repoint(plan, names, pods, best.name, new_state["address"], force=frozenset({state.get("master", "")}))

@@ -26,7 +26,7 @@ from .common import REPEAT, Measure
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 BATCH = 256
-THREADS = 2
+THREADS = 4
 
 
 def _defaults(g: Group) -> Group:
@@ -107,6 +107,18 @@ def async_lag(workdir: str, total: int) -> tuple[list[float], list[float]]:
     return peaks, catch_up
 
 
+def _retrying(call, timeout: float = 10.0):
+    """A member that just restarted may still be in the channel's reconnect backoff."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def failover_times(workdir: str, kills: int) -> list[float]:
     g = _defaults(Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"], []))
     g.start()
@@ -137,12 +149,12 @@ def failover_times(workdir: str, kills: int) -> list[float]:
             while master.health(timeout=0.1) is not None:  # the harness's health poll
                 time.sleep(0.1)
             followers = [m for m in g.members if m is not master]
-            ends = {m.name: harness.admin(m.address).role_pb().end_offset for m in followers}
+            ends = {m.name: _retrying(harness.admin(m.address).role_pb).end_offset for m in followers}
             new = max(followers, key=lambda m: ends[m.name])
             harness.admin(new.address).promote(mode="SYNC")
             for m in followers:
                 if m is not new:
-                    harness.admin(m.address).set_role(new.address)
+                    _retrying(lambda m=m, new=new: harness.admin(m.address).set_role(new.address))
             while not acked or acked[-1] <= killed:
                 time.sleep(0.005)
             times.append(next(a for a in acked if a > killed) - killed)

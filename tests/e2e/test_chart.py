@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from msgstore.client import Client, OutMessage, StoreError
+from msgstore.client.routing import QueueRef
 
 from .conftest import CHART, GROUP_PATH, K8s, namespace
 
@@ -458,6 +459,63 @@ def test_pvcs_follow_a_delete_retention_policy(k8s: K8s, release):
         60,
         "the claim deleted with its StatefulSet",
     )
+
+
+def test_a_replicated_store_survives_losing_its_master_pod_and_volume(k8s: K8s, release):
+    """Issue 13 on the real control plane: one group of three members (SYNC). The master's PVC
+    and pod are deleted: a follower is promoted, writes and reads go on, and the member that
+    comes back on a new, empty volume rebuilds from the new master."""
+    ns = "replicated"
+    namespace(k8s, ns)
+    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "failoverAfterSeconds": 3}))
+
+    def group() -> dict:
+        return ((k8s.store(ns, "ledger").get("status") or {}).get("replication") or {}).get("groups", {}).get("ledger-g0", {})
+
+    def in_sync() -> bool:
+        g = group()
+        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
+        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
+
+    k8s.wait(lambda: k8s.ready(ns, "ledger") and in_sync(), 180, "ledger Ready with both followers in sync")
+    members = ["ledger-0", "ledger-1", "ledger-2"]
+    c = Client(",".join(k8s.address(ns, p) for p in members), timeout=10, failover_timeout=60)
+    acked: dict[tuple[int, int], bytes] = {}
+
+    def send(tag: str, batches: int) -> None:
+        for i in range(batches):
+            bodies = [b"%s-%d-%d" % (tag.encode(), i, k) for k in range(10)]
+            for body, r in zip(bodies, c.send_batch("ledger", [OutMessage(b) for b in bodies]), strict=True):
+                assert r.status == "PUT_OK", r  # SYNC: held by the master and a follower
+                acked[(r.queue_id, r.queue_offset)] = body
+
+    send("before", 20)
+    old = group()["master"]
+    old_claim = k8s.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data-{old}")["metadata"]["uid"]
+    k8s.kubectl("delete", "pvc", f"data-{old}", "-n", ns, "--wait=false")
+    k8s.kubectl("delete", "pod", old, "-n", ns, "--wait=false")
+    k8s.wait(lambda: group().get("master") not in (None, old), 120, "a follower promoted")
+    failover = k8s.events(ns, "Failover", "ledger")
+    assert failover and failover[0]["type"] == "Warning" and "promoted" in failover[0]["message"]
+    assert group()["epoch"] == 2
+    send("after", 10)  # writes go on, on the new master (the other follower confirms)
+    # the deleted member is back on a new volume, empty, and copies the new master's log
+    k8s.wait(lambda: in_sync() and k8s.ready(ns, "ledger"), 240, "the replaced member rebuilt and in sync")
+    new_claim = k8s.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data-{old}")
+    assert new_claim["metadata"]["uid"] != old_claim
+    master = group()["master"]
+    logs = {}
+    for pod in (master, old):
+        seg_dir = os.path.join(k8s.kubelet.volume_dir(ns, f"data-{pod}"), "commitlog")
+        logs[pod] = {n: open(os.path.join(seg_dir, n), "rb").read() for n in sorted(os.listdir(seg_dir))}
+    assert logs[old] == logs[master]  # byte for byte
+    reader = Client(k8s.address(ns, master), timeout=10)
+    for (qid, off), body in acked.items():
+        got = reader.pull("ledger", QueueRef("ledger-g0", k8s.address(ns, master), qid), off, max_messages=1)
+        assert got.messages and got.messages[0].body == body, (qid, off)
+    c.close()
+    reader.close()
+    k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")
 
 
 # ---------------------------------------------------------------------------------- fixes

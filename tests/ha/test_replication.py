@@ -4,8 +4,10 @@ cutting back the tail nobody else had (issue 13, docs/store-format.md §14)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import signal
 import time
 
@@ -14,8 +16,8 @@ import pytest
 
 from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.routing import QueueRef
-from tests.ha.conftest import caught_up, identical_logs, role
-from tests.support.servers import wait_until
+from tests.ha.conftest import caught_up, connected, identical_logs, role
+from tests.support.servers import ServerProcess, wait_until
 
 SYNC = ["brokerRole=SYNC_MASTER", "inSyncReplicas=2", "slaveTimeout=1000"]
 
@@ -190,3 +192,41 @@ def test_replication_needs_the_admin_token(tmp_path, groups):
         ha_pb2_grpc.ReplicationStub(intruder).GetMetadata(ha_pb2.GetMetadataRequest(), timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     intruder.close()
+
+
+def test_a_master_that_lost_its_data_is_not_followed(groups):
+    """A master back on an empty volume must not make its followers cut what they hold."""
+    g = groups(2)
+    master, follower = g.members
+    c = g.client()
+    mixed_load(c, 20)
+    caught_up(c, follower, master)
+    held = role(c, follower).end_offset
+    master.kill()
+    shutil.rmtree(master.data_dir)
+    master.start()  # an ASYNC_MASTER again, at epoch 1 from offset 0
+    wait_until(lambda: "this master lost data" in master.log(), what="the master to refuse the follower")
+    assert role(c, follower).end_offset == held and not connected(c, follower)
+    c.admin(follower.address).promote()
+    master.kill()
+    g.restart_as_follower(master, follower)  # the emptied member copies everything back
+    caught_up(c, master, follower)
+    assert identical_logs(master, follower)
+
+
+def test_a_replaced_volume_named_master_by_the_roles_file_waits(tmp_path):
+    """The operator's roles file names this member master of a group that ran before (it has an
+    address), but the volume is empty: it comes up a follower and lets the operator decide."""
+    roles = tmp_path / "roles.json"
+    roles.write_text(json.dumps({"groups": {"g0": {"members": ["m0", "m1"], "master": "m0", "address": "10.9.9.9:1", "epoch": 3}}}))
+    m = ServerProcess(str(tmp_path / "m0"), name="m0", args=["--roles-file", str(roles)]).start()
+    try:
+        c = Client(m.address, timeout=10)
+        r = c.admin(m.address).role_pb()
+        assert r.role == "SLAVE" and r.master_address == "" and "its volume is empty" in m.log()
+        with pytest.raises(StoreError) as e:
+            c.send("t", b"x")
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE
+        c.close()
+    finally:
+        m.kill()

@@ -49,7 +49,7 @@ def test_the_spec_names_groups_and_pods():
 def test_a_new_group_starts_with_its_first_member_as_master_and_points_the_others_at_it():
     pods = {p.name: p for p in (pod(0, "MASTER"), pod(1, master=""), pod(2))}
     plan = r.plan_group(spec(), "s-g0", NAMES, pods, {}, now=1000)
-    assert plan.state == {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911"}
+    assert plan.state == {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911", "endOffset": 100}
     assert plan.actions == [r.Follow("s-1", "10.0.0.1:10911")]  # s-2 already follows it
 
 
@@ -105,3 +105,22 @@ def test_the_roles_document_is_what_the_server_reads():
     mine = read_roles(doc, "s-0")
     assert mine is not None and not mine.is_master and mine.master_address == "10.0.0.2:10911" and mine.epoch == 3
     assert read_roles(doc, "s-1").broker_role == "SYNC_MASTER"
+
+
+def test_a_master_whose_log_went_backwards_is_replaced_at_once():
+    """Its pod came back on an empty volume (the PVC was deleted): a follower holds the data."""
+    pods = {p.name: p for p in (pod(0, "SLAVE", end=0, epoch=0, master=""), pod(1, end=900), pod(2, end=800))}
+    state = {"master": "s-0", "epoch": 1, "address": "10.0.0.9:10911", "endOffset": 900}
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=5)
+    assert plan.actions[0] == r.Promote("s-1", 2, "SYNC") and plan.state["endOffset"] == 900
+    assert "lost its data" in plan.events[0][2]
+    assert r.Follow("s-0", "10.0.0.2:10911") in plan.actions  # the emptied member copies the new master
+
+
+def test_a_master_is_followed_by_its_recorded_end_offset():
+    pods = {p.name: p for p in (pod(0, "MASTER", end=1000), pod(1, end=1000, master="10.0.0.1:10911"))}
+    plan = r.plan_group(spec(), "s-g0", NAMES[:2], pods, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0)
+    assert plan.actions == [] and plan.state["endOffset"] == 1000
+    behind = {"s-0": pod(0, "MASTER", end=10), "s-1": pod(1, end=5, master="10.0.0.1:10911")}
+    plan = r.plan_group(spec(), "s-g0", NAMES[:2], behind, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0)
+    assert plan.actions == [] and not plan.events  # nobody holds more: nothing to fail over to

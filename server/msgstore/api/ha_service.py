@@ -70,6 +70,7 @@ class ReplicationPlane:
         try:
             await serve_follower(replica, reports(), context.write)
         except Refused as e:
+            log.warning("refused a follower: %s", e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except StopAsyncIteration:
             return

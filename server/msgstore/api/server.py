@@ -27,7 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .. import wire
-from ..ha.epochs import EpochFileError
+from ..ha.epochs import EpochFile, EpochFileError
 from ..ha.replica import Replica, RoleError
 from ..ha.roles import RolesFile
 from ..record import codec
@@ -196,10 +196,23 @@ class StoreServer:
         role, master = cfg.brokerRole, o.replica_of or cfg.haMasterAddress
         if o.replica_of:
             role = "SLAVE"
+        replaced = False
         if self.roles is not None:
             mine = self.roles.read().get(self.node_name)
             if mine is not None:
                 group, role, master = mine.group, mine.broker_role, mine.master_address
+                if (
+                    mine.is_master
+                    and mine.master_address
+                    and self.store.commitlog.max_offset == 0
+                    and not EpochFile.exists(self.store.root)
+                ):
+                    # named master of a group that has run before, with an empty volume: a
+                    # replaced disk. Taking writes would make the followers cut what they hold.
+                    log.warning(
+                        "the roles file names %s master of %s, but its volume is empty: waiting as a follower", self.node_name, group
+                    )
+                    role, master, replaced = "SLAVE", "", True
         if role == "SLAVE" and not master and self.roles is None:
             raise RoleError("a SLAVE needs its master's address (haMasterAddress, or --replica-of)")
         replica = Replica(
@@ -211,7 +224,7 @@ class StoreServer:
             channel=self._ha_channel,
             call_metadata=self._admin_metadata,
         )
-        if self.roles is not None:
+        if self.roles is not None and not replaced:
             mine = self.roles.read().get(self.node_name)
             if mine is not None and mine.is_master and replica.epochs.epoch < mine.epoch:
                 replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
@@ -230,6 +243,8 @@ class StoreServer:
             if mine is None:
                 continue
             try:
+                if mine.is_master and not r.is_master and r.store.commitlog.max_offset == 0 and not r.epochs.snapshot():
+                    continue  # an empty replacement volume: only an explicit Promote makes it master
                 if mine.is_master and (not r.is_master or r.epoch < mine.epoch):
                     await r.promote(max(mine.epoch, r.epoch + 1), mine.mode)
                 elif not mine.is_master and mine.master_address and (r.is_master or r.master_address != mine.master_address):

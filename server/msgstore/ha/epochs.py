@@ -76,6 +76,10 @@ class EpochFile:
             with open(self.path, encoding="utf-8") as f:
                 self.entries = parse(f.read())
 
+    @staticmethod
+    def exists(root: str) -> bool:
+        return os.path.exists(os.path.join(root, NAME))
+
     def _save(self) -> None:
         write_atomic(self.path, render(self.entries).encode())
 

@@ -54,6 +54,14 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
     if theirs and ours and theirs[-1].epoch > ours[-1].epoch:
         raise Refused(f"{first.member} has epoch {theirs[-1].epoch}, newer than this master's {ours[-1].epoch}: this master is stale")
     end = cl.max_offset
+    if theirs and ours and theirs[-1].epoch == ours[-1].epoch and first.end_offset > end:
+        # a follower cannot be ahead of its master within the master's own term: this master
+        # lost what it wrote (a replaced volume); following it would make the follower cut
+        # acknowledged messages
+        raise Refused(
+            f"{first.member} holds epoch {ours[-1].epoch} up to offset {first.end_offset}, beyond this master's end {end}: "
+            "this master lost data; promote that follower instead"
+        )
     truncate, start = plan_start(theirs, first.end_offset, ours, end, max(0, cl.min_offset))
     if truncate >= 0:
         log.warning("follower %s must cut its log back from %d to %d (histories part there)", first.member, first.end_offset, truncate)
