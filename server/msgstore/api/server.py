@@ -52,6 +52,7 @@ PEER_CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.max_receive_message_length", 80 * 1024 * 1024),
     ("grpc.max_send_message_length", 80 * 1024 * 1024),
+    ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
 ]
 
 log = logging.getLogger(__name__)

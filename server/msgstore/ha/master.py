@@ -80,7 +80,7 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
             end = cl.max_offset
             epochs = replica.epochs.snapshot()
             if pos < end:
-                data = await asyncio.get_running_loop().run_in_executor(None, cl.read_raw, pos, CHUNK_BYTES)
+                data = cl.read_raw(pos, CHUNK_BYTES)  # from the mapped segments just written: memory, no I/O to wait for
                 if data is None:
                     raise Refused(f"offset {pos} is no longer stored here (deleted by retention): the follower must start over")
                 if not data:
