@@ -10,6 +10,7 @@ import time
 
 import grpc
 
+from ..store.commitlog import AppendError
 from ..v1 import ha_pb2 as hpb
 from ..v1 import ha_pb2_grpc as hpbg
 from .epochs import Epoch
@@ -56,6 +57,8 @@ class Follower:
                 raise
             except grpc.aio.AioRpcError as e:
                 log.info("replication stream from %s ended: %s %s", self.master_address, e.code().name, e.details())
+            except AppendError as e:  # a full disk, say: the master's SYNC puts time out meanwhile
+                log.warning("cannot write the copy of %s's log (%s: %s); retrying", self.master_address, e.status, e)
             except Exception:
                 log.exception("following %s failed", self.master_address)
             self.connected = False
