@@ -230,3 +230,22 @@ def test_a_replaced_volume_named_master_by_the_roles_file_waits(tmp_path):
         c.close()
     finally:
         m.kill()
+
+
+def test_a_follower_behind_the_master_s_retention_starts_over_from_its_first_segment(groups):
+    g = groups(2, master=["fileReservedTime=1", "deleteCommitLogFilesInterval=0"])
+    master, follower = g.members
+    c = g.client()
+    mixed_load(c, 10)
+    caught_up(c, follower, master)
+    follower.kill()
+    mixed_load(c, 60, seed=3)  # several more 256 KiB segments
+    old = time.time() - 3 * 3600
+    segments = sorted(os.listdir(os.path.join(master.data_dir, "commitlog")))
+    for name in segments[:-1]:
+        os.utime(os.path.join(master.data_dir, "commitlog", name), (old, old))
+    assert c.admin(master.address).manual_delete().deleted_segments == len(segments) - 1
+    follower.start()  # its log ends below what the master still keeps
+    caught_up(c, follower, master)
+    assert identical_logs(master, follower)
+    assert "starting the copy over" in follower.log()

@@ -85,7 +85,13 @@ class Follower:
             if first:
                 first = False
                 self.master_epochs = [Epoch(e.epoch, e.start_offset) for e in chunk.epochs]
-                if chunk.truncate_to >= 0:
+                if chunk.truncate_to == 0 and chunk.start_offset > 0:
+                    log.warning(
+                        "the master keeps its log from %d only (this copy ends at %d): starting the copy over", chunk.start_offset, end
+                    )
+                    await loop.run_in_executor(None, store.start_over)
+                    r.epochs.truncate_suffix(0)
+                elif chunk.truncate_to >= 0:
                     log.warning("cutting the commit log back from %d to %d: the new master never had that tail", end, chunk.truncate_to)
                     await loop.run_in_executor(None, store.truncate_to, chunk.truncate_to)
                     r.epochs.truncate_suffix(chunk.truncate_to)

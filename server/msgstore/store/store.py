@@ -466,6 +466,15 @@ class MessageStore:
             opening(self.commitlog.max_offset)
             self.follower = False
 
+    def start_over(self) -> None:
+        """Forget the whole copy (commit log, consume queues, index): a follower whose log ends
+        below what its master still keeps takes the master's log again from its first segment."""
+        with self.dispatcher.paused(), self.commitlog.lock:
+            truncate_all(self.commitlog, self.queues, self.index, self.dispatcher, 0)
+            self.commitlog.segments.destroy_all()
+            self.queues.drop_all()
+            self.dispatcher.reput_from = 0
+
     def truncate_to(self, offset: int) -> int:
         """Cut the commit log back to ``offset`` (zeroing the stale tail), with its consume
         queues and index: a rejoining member drops what its new master never had."""
