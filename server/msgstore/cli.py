@@ -395,11 +395,25 @@ def cmd_groups(args) -> int:
 def cmd_route(args) -> int:
     with _client(args) as c:
         route = c.route(args.topic or "", refresh=True)
-    _emit(
-        args,
-        [{"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids) if args.topic else "-"} for n in route.nodes],
-        ["node", "address", "ready", "queues"],
-    )
+    rows = []
+    for n in route.nodes:
+        row: dict[str, Any] = {"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids) if args.topic else "-"}
+        if len(n.members) > 1:  # a replica group: who is master, who follows and how far behind
+            if args.json:
+                row["members"] = [
+                    {"name": m.name, "address": m.address, "role": m.role, "ready": m.ready, "epoch": m.epoch, "lag_bytes": m.lag_bytes}
+                    for m in n.members
+                ]
+            else:
+                row["members"] = ", ".join(
+                    f"{m.name} {m.role}"
+                    + (f" lag {m.lag_bytes} B" if m.role == "SLAVE" else f" epoch {m.epoch}")
+                    + ("" if m.ready else " (down)")
+                    for m in n.members
+                )
+        rows.append(row)
+    columns = ["node", "address", "ready", "queues"] + (["members"] if any("members" in r for r in rows) else [])
+    _emit(args, rows, columns)
     return 0
 
 

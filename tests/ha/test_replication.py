@@ -249,3 +249,22 @@ def test_a_follower_behind_the_master_s_retention_starts_over_from_its_first_seg
     caught_up(c, follower, master)
     assert identical_logs(master, follower)
     assert "starting the copy over" in follower.log()
+
+
+def test_reads_go_to_a_follower_while_the_master_is_down_and_commits_to_the_new_master(groups):
+    g = groups(2, follower=["slaveReadEnable=true"])
+    master, follower = g.members
+    c = g.client()
+    sent = c.send_batch("reads", [OutMessage(b"r%d" % i) for i in range(30)], queue=QueueRef("g0", master.address, 0))
+    assert all(r.ok for r in sent)
+    c.commit("billing", "reads", QueueRef("g0", master.address, 0), 10)
+    caught_up(c, follower, master)
+    wait_until(lambda: role(c, follower).end_offset == role(c, master).end_offset, what="metadata to follow")
+    master.kill()
+    q = QueueRef("g0", master.address, 0)  # what the consumer knew before the crash
+    got = c.pull("reads", q, 0, max_messages=64)  # served by the follower
+    assert [m.body for m in got.messages] == [b"r%d" % i for i in range(30)]
+    c.admin(follower.address).promote()
+    c.commit("billing", "reads", q, 20)  # goes to whoever is master now
+    assert c.committed("billing", "reads", q) == 20
+    assert Client(follower.address).committed("billing", "reads", QueueRef("g0", follower.address, 0)) == 20

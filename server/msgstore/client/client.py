@@ -209,6 +209,23 @@ class Client:
         except grpc.RpcError as e:
             raise _error(e, node or address) from None
 
+    def _group_call(self, topic: str, queue: QueueRef, method: str, request, *, reads: bool, timeout: float | None = None):
+        """A call to the queue's group: its master (``reads=False``) or whoever serves reads.
+        When that member does not answer, look at the route again (a failover, a follower
+        taking reads while the master is down) and try the member it names, once."""
+        pick = self.read_address if reads else self.master_address
+        address = pick(topic, queue)
+        try:
+            return self._call(address, method, request, timeout, node=queue.node)
+        except StoreError as e:
+            if e.code != grpc.StatusCode.UNAVAILABLE:
+                raise
+            self.route(topic, refresh=True)
+            again = pick(topic, queue)
+            if again == address:
+                raise
+            return self._call(again, method, request, timeout, node=queue.node)
+
     def close(self) -> None:
         for stream in self._streams.values():
             stream.close()
@@ -416,7 +433,7 @@ class Client:
             group=group,
             raw=True,
         )
-        resp = self._call(self.read_address(topic, queue), "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node)
+        resp = self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)
         return pull_result(resp, queue.node)
 
     def pull_future(
@@ -507,24 +524,21 @@ class Client:
         req = pb.GetOffsetByTimeRequest(
             topic=topic, queue_id=queue.queue_id, timestamp=timestamp_ms, boundary=pb.UPPER if upper else pb.LOWER
         )
-        return self._call(self.read_address(topic, queue), "GetOffsetByTime", req, node=queue.node).offset
+        return self._group_call(topic, queue, "GetOffsetByTime", req, reads=True).offset
 
     def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
         """Commit on the node that owns the queue (its group's master)."""
-        self._call(
-            self.master_address(topic, queue),
+        self._group_call(
+            topic,
+            queue,
             "CommitOffset",
             pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset),
-            node=queue.node,
+            reads=False,
         )
 
     def committed(self, group: str, topic: str, queue: QueueRef) -> int:
-        return self._call(
-            self.master_address(topic, queue),
-            "GetCommittedOffset",
-            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id),
-            node=queue.node,
-        ).offset
+        req = pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id)
+        return self._group_call(topic, queue, "GetCommittedOffset", req, reads=False).offset
 
     # ------------------------------------------------------------------ groups
 
