@@ -48,6 +48,7 @@ bench: $(STAMP)
 # the reliability campaigns at full size (200 kills, 60 power-loss copies, 400 fuzz cases each)
 soak: $(STAMP)
 	MSGSTORE_SOAK=1 $(PY) -m pytest -q tests/reliability --timeout 7200
+	MSGSTORE_HA_KILLS=200 $(PY) -m pytest -q tests/ha/test_crash_campaign.py --timeout 7200
 
 proto: $(STAMP)
 	$(PY) -m msgstore.api.protogen

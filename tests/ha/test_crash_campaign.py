@@ -3,7 +3,7 @@ harness SIGKILLs the master, promotes the follower holding the most, repoints th
 restarts the old master as a follower; at the end every acknowledged message is where its ack
 said, on every member, and the logs are identical.
 
-``MSGSTORE_HA_KILLS`` sets the number of kills (25 by default).
+``MSGSTORE_HA_KILLS`` sets the number of kills (25 by default; ``make soak`` runs 200).
 """
 
 from __future__ import annotations
