@@ -95,3 +95,12 @@ def test_retention_trims_the_epoch_file_prefix(make_store):
     assert replica.epochs.snapshot() == E((2, starts[10]), (3, starts[20]))
     with open(os.path.join(s.root, "epochFileCheckpoint")) as f:
         assert f.read() == f"2\n2-{starts[10]}\n3-{starts[20]}\n"
+
+
+@pytest.mark.parametrize("offset, size, end", [(0, 0, 0), (2621440, 300_000, 99_999_999_999), (5, 1, -1), (127, 2, 128)])
+def test_a_hand_encoded_chunk_is_the_message_protobuf_would_write(offset, size, end):
+    from msgstore.ha.master import data_chunk
+    from msgstore.v1 import ha_pb2
+
+    data = os.urandom(size)
+    assert data_chunk(offset, data, end) == ha_pb2.MasterChunk(offset=offset, data=data, master_end=end).SerializeToString()
