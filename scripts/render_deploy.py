@@ -40,6 +40,7 @@ def render_chart() -> dict[str, str]:
     with open(os.path.join(CHART, "values.schema.json")) as f:
         values = json.load(f)
     values["properties"]["store"]["properties"]["config"] = crd.values_store_config()
+    values["properties"]["store"]["properties"]["replication"] = crd.values_replication()
     return {
         "charts/msgstore/crds/messagestores.msgstore.io.yaml": text,
         "charts/msgstore/values.schema.json": json.dumps(values, indent=2) + "\n",

@@ -197,4 +197,11 @@ def values_store_config() -> dict[str, Any]:
     }
 
 
-__all__ = ["definition", "values_store_config", "KEYS"]
+def values_replication() -> dict[str, Any]:
+    """The chart's ``store.replication`` in values.schema.json: spec.replication's fields."""
+    schema = replication_schema()
+    schema.pop("x-kubernetes-validations", None)
+    return {**schema, "additionalProperties": False}
+
+
+__all__ = ["definition", "values_store_config", "values_replication", "KEYS"]

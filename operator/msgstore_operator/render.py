@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .replication import roles_document
 from .spec import ADMIN_DIR, API_VERSION, CONFIG_CHECKSUM, CONFIG_DIR, DATA_DIR, KIND, RESTART_HASH, ROLES_DIR, Spec, digest
 
 UID = 10001
@@ -234,5 +235,5 @@ def all_objects(spec: Spec, replicas: int | None = None, nonce: str = "", roles:
     """``replicas``: pods of the StatefulSet; ``roles``: the roles document (replicated stores)."""
     objects = [config_map(spec)]
     if spec.replication.enabled:
-        objects.append(roles_config_map(spec, roles or {"groups": {}}))
+        objects.append(roles_config_map(spec, roles if roles is not None else roles_document(spec, {})))
     return [*objects, headless_service(spec), client_service(spec), pod_disruption_budget(spec), stateful_set(spec, replicas, nonce)]

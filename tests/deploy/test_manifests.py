@@ -39,7 +39,13 @@ SAMPLE_VALUES = [
     "--set",
     "store.extraConfig.defaultTopicQueueNums=16",
 ]
-VARIANTS = {"default": [], "sample-store": SAMPLE_VALUES, "namespace-scope": ["--set", "operator.scope=namespace"]}
+REPLICATED_VALUES = [*SAMPLE_VALUES, "--set", "store.replication.replicas=3", "--set", "store.replication.mode=ASYNC"]
+VARIANTS = {
+    "default": [],
+    "sample-store": SAMPLE_VALUES,
+    "replicated-store": REPLICATED_VALUES,
+    "namespace-scope": ["--set", "operator.scope=namespace"],
+}
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -91,9 +97,30 @@ def test_helm_template_validates_against_kubernetes_schemas(variant):
         validate(doc)
     expected = {"CustomResourceDefinition", "ServiceAccount", "Deployment"}
     expected |= {"Role", "RoleBinding"} if variant == "namespace-scope" else {"ClusterRole", "ClusterRoleBinding"}
-    if variant == "sample-store":
+    if variant in ("sample-store", "replicated-store"):
         expected |= {"MessageStore", "Pod"}
     assert set(kinds) == expected, kinds
+
+
+def test_a_replicated_sample_store_renders_groups_and_their_roles():
+    (store,) = [d for d in docs(helm("template", "r1", CHART, *REPLICATED_VALUES).stdout) if d["kind"] == "MessageStore"]
+    assert store["spec"]["replication"] == {"replicas": 3, "mode": "ASYNC"}
+    spec = specmod.parse({**store, "metadata": {**store["metadata"], "uid": "u"}})
+    n = spec.name
+    assert spec.pods == 9 and list(spec.groups()) == [f"{n}-g0", f"{n}-g1", f"{n}-g2"]
+    objs = {o["kind"] + "/" + o["metadata"]["name"]: o for o in render.all_objects(spec)}
+    roles = json.loads(objs[f"ConfigMap/{n}-roles"]["data"]["roles.json"])
+    assert roles["groups"][f"{n}-g1"] == {
+        "members": [f"{n}-3", f"{n}-4", f"{n}-5"],
+        "master": f"{n}-3",
+        "address": "",
+        "epoch": 1,
+        "mode": "ASYNC",
+    }
+    sts = objs[f"StatefulSet/{n}"]
+    assert sts["spec"]["replicas"] == 9 and "--roles-file" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    for obj in objs.values():
+        validate(obj)
 
 
 def test_operator_deployment_runs_one_non_root_replica_with_liveness():
@@ -137,6 +164,8 @@ def test_helm_test_hook_sends_and_reads_a_message_from_the_sample_store():
         (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
         (["--set", "store.persistence.size=lots"], "size"),
         (["--set", "store.replicaz=3"], "replicaz"),
+        (["--set", "store.replication.mode=SOMETIMES"], "mode"),
+        (["--set", "store.replication.replicas=0"], "replicas"),
     ],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(values, field):
@@ -189,13 +218,15 @@ def test_samples_validate_and_the_operator_output_for_them_validates(sample):
         ({"store": {"deleteWhen": "4;24"}}, "deleteWhen"),
         ({"storage": {"size": "ten"}}, "size"),
         ({"imagePullPolicy": "Sometimes"}, "imagePullPolicy"),
+        ({"replication": {"replicas": 0}}, "replicas"),
+        ({"replication": {"mode": "EVENTUALLY"}}, "mode"),
     ],
 )
 def test_crd_schema_rejects_bad_values(change, message):
     with open(os.path.join(ROOT, "deploy", "samples", "production.yaml")) as f:
         body = yaml.safe_load(f)
     for key, value in change.items():
-        body["spec"][key] = {**body["spec"][key], **value} if isinstance(value, dict) else value
+        body["spec"][key] = {**body["spec"].get(key, {}), **value} if isinstance(value, dict) else value
     with pytest.raises(jsonschema.ValidationError) as e:
         jsonschema.validate(body, crd_schema())
     assert message in e.value.json_path or message in e.value.message

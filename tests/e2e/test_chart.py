@@ -344,10 +344,12 @@ def test_sigkill_is_reported_as_an_abnormal_recovery(k8s: K8s, orders):
         ({"fileReservedTime": -1}, "spec.store.fileReservedTime"),
         ({"deleteWhen": "4;25"}, "spec.store.deleteWhen"),
         ({"flushDiskType": "SOMETIMES"}, "spec.store.flushDiskType"),
+        ({"replication": {"replicas": 2, "inSyncReplicas": 3}}, "inSyncReplicas must be <= replicas"),
     ],
 )
 def test_invalid_specs_are_refused_by_the_api_server(k8s: K8s, orders, store, message):
-    doc = store_doc("bad", store={**SMALL, **store})
+    extra = {"replication": store.pop("replication")} if "replication" in store else {}
+    doc = store_doc("bad", store={**SMALL, **store}, **extra)
     out = k8s.apply(doc, check=False)
     assert out.returncode != 0 and message in out.stderr, out.stderr
     assert not k8s.store(NS, "bad")
