@@ -109,13 +109,18 @@ class Replica:
                 return  # asked again (a controller retrying): already done
             raise RoleError(f"epoch {new} is not newer than this member's epoch {self.epoch}")
         await self.stop()
+
+        def take_office(end: int) -> None:
+            # before the store takes its first put: a put must find the master (and its mode) in place
+            self.epochs.append(new, end)
+            self.role, self.master_address = MASTER, ""
+            if mode:
+                self.mode = mode
+
         if self.store.follower:
-            await asyncio.get_running_loop().run_in_executor(None, self.store.take_writes, lambda end: self.epochs.append(new, end))
+            await asyncio.get_running_loop().run_in_executor(None, self.store.take_writes, take_office)
         else:  # a master moving to a new term (a controller bumping the epoch)
-            self.epochs.append(new, self.store.commitlog.max_offset)
-        self.role, self.master_address = MASTER, ""
-        if mode:
-            self.mode = mode
+            take_office(self.store.commitlog.max_offset)
         log.warning("%s promoted: master of %s at epoch %d from offset %d", self.node, self.group, new, self.store.commitlog.max_offset)
 
     async def follow(self, address: str) -> None:
