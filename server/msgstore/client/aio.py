@@ -19,6 +19,7 @@ from .client import (
     _send_result,
     check_topic,
     encode_send,
+    pull_request,
     pull_result,
 )
 from .connection import Security, aio_channel, split_endpoints
@@ -181,16 +182,7 @@ class AsyncClient:
         tag_filter: str | None = None,
         group: str = "",
     ) -> PullResult:
-        req = pb.PullRequest(
-            topic=topic,
-            queue_id=queue.queue_id,
-            offset=offset,
-            max_messages=max_messages,
-            timeout_ms=timeout_ms,
-            tag_filter=tag_filter or "",
-            group=group,
-            raw=True,
-        )
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
         resp = await self._call(
             await self._read_address(topic, queue), "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node
         )
@@ -205,13 +197,10 @@ class AsyncClient:
         await self._call(address, "Unregister", pb.UnregisterRequest(group=group, client_id=client_id), timeout=5.0, node=node)
 
     async def _read_address(self, topic: str, queue: QueueRef) -> str:
-        node = (await self.route(topic)).node(queue.node)
-        found = node.read_address() if node is not None else None
-        return found or queue.address
+        return (await self.route(topic)).read_address(queue) or queue.address
 
     async def _master_address(self, topic: str, queue: QueueRef) -> str:
-        node = (await self.route(topic)).node(queue.node)
-        return node.address if node is not None and node.ready else queue.address
+        return (await self.route(topic)).write_address(queue)
 
     async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
         await self._call(

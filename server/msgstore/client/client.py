@@ -143,6 +143,23 @@ def _send_result(r: pb.SendResult, node: str) -> SendResult:
 decode_records = codec.decode_records  # a raw pull's messages
 
 
+def pull_request(
+    topic: str, queue: QueueRef, offset: int, max_messages: int, timeout_ms: int, tag_filter: str | None, group: str, max_bytes: int = 0
+) -> pb.PullRequest:
+    """A raw pull (records as stored; :func:`pull_result` decodes them), for both clients."""
+    return pb.PullRequest(
+        topic=topic,
+        queue_id=queue.queue_id,
+        offset=offset,
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        timeout_ms=timeout_ms,
+        tag_filter=tag_filter or "",
+        group=group,
+        raw=True,
+    )
+
+
 def pull_result(resp: pb.PullResponse, node: str) -> PullResult:
     msgs = decode_records(resp.records) if resp.records else []
     return PullResult(
@@ -270,18 +287,13 @@ class Client:
 
     def master_address(self, topic: str, queue: QueueRef) -> str:
         """Where the queue's group takes writes and commits now (its master, after a failover)."""
-        node = self.route(topic).node(queue.node)
-        return node.address if node is not None and node.ready else queue.address
+        return self.route(topic).write_address(queue)
 
     def read_address(self, topic: str, queue: QueueRef) -> str:
         """Where to read the queue: its master, else a follower serving reads (slaveReadEnable)."""
-        node = self.route(topic).node(queue.node)
-        if node is None:
-            return queue.address
-        found = node.read_address()
+        found = self.route(topic).read_address(queue)
         if found is None:  # nobody ready as far as the cached route knows: look again
-            node = self.route(topic, refresh=True).node(queue.node)
-            found = node.read_address() if node is not None else None
+            found = self.route(topic, refresh=True).read_address(queue)
         return found or queue.address
 
     def _await_new_master(self, topic: str, target: QueueRef, tried: set[str]) -> QueueRef | None:
@@ -422,17 +434,7 @@ class Client:
         tag_filter: str | None = None,
         group: str = "",
     ) -> PullResult:
-        req = pb.PullRequest(
-            topic=topic,
-            queue_id=queue.queue_id,
-            offset=offset,
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-            timeout_ms=timeout_ms,
-            tag_filter=tag_filter or "",
-            group=group,
-            raw=True,
-        )
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group, max_bytes)
         resp = self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)
         return pull_result(resp, queue.node)
 
@@ -447,16 +449,7 @@ class Client:
         tag_filter: str | None = None,
         group: str = "",
     ):
-        req = pb.PullRequest(
-            topic=topic,
-            queue_id=queue.queue_id,
-            offset=offset,
-            max_messages=max_messages,
-            timeout_ms=timeout_ms,
-            tag_filter=tag_filter or "",
-            group=group,
-            raw=True,
-        )
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
         return self.stub(self.read_address(topic, queue)).Pull.future(
             req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
         )

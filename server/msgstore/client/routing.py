@@ -157,6 +157,18 @@ class Route:
         with self._lock:
             self._down[address] = time.monotonic() + DOWN_FOR_S
 
+    def write_address(self, q: QueueRef) -> str:
+        """Where the queue's group takes writes and commits now: its master (the new one, after
+        a failover), else the address the queue was known at."""
+        node = self.node(q.node)
+        return node.address if node is not None and node.ready else q.address
+
+    def read_address(self, q: QueueRef) -> str | None:
+        """Where to read the queue: its master, else a ready follower that serves reads
+        (slaveReadEnable); None when this route knows no such member."""
+        node = self.node(q.node)
+        return q.address if node is None else node.read_address()
+
     def node(self, name_or_address: str) -> Node | None:
         for n in self.nodes:
             if name_or_address in (n.name, n.address):
