@@ -198,22 +198,14 @@ class StoreServer:
         if o.replica_of:
             role = "SLAVE"
         replaced = False
-        if self.roles is not None:
-            mine = self.roles.read().get(self.node_name)
-            if mine is not None:
-                group, role, master = mine.group, mine.broker_role, mine.master_address
-                if (
-                    mine.is_master
-                    and mine.master_address
-                    and self.store.commitlog.max_offset == 0
-                    and not EpochFile.exists(self.store.root)
-                ):
-                    # named master of a group that has run before, with an empty volume: a
-                    # replaced disk. Taking writes would make the followers cut what they hold.
-                    log.warning(
-                        "the roles file names %s master of %s, but its volume is empty: waiting as a follower", self.node_name, group
-                    )
-                    role, master, replaced = "SLAVE", "", True
+        mine = self.roles.read().get(self.node_name) if self.roles is not None else None
+        if mine is not None:
+            group, role, master = mine.group, mine.broker_role, mine.master_address
+            if mine.is_master and mine.master_address and self.store.commitlog.max_offset == 0 and not EpochFile.exists(self.store.root):
+                # named master of a group that has run before, with an empty volume: a replaced
+                # disk. Taking writes would make the followers cut what they hold.
+                log.warning("the roles file names %s master of %s, but its volume is empty: waiting as a follower", self.node_name, group)
+                role, master, replaced = "SLAVE", "", True
         if role == "SLAVE" and not master and self.roles is None:
             raise RoleError("a SLAVE needs its master's address (haMasterAddress, or --replica-of)")
         replica = Replica(
@@ -225,10 +217,8 @@ class StoreServer:
             channel=self._ha_channel,
             call_metadata=self._admin_metadata,
         )
-        if self.roles is not None and not replaced:
-            mine = self.roles.read().get(self.node_name)
-            if mine is not None and mine.is_master and replica.epochs.epoch < mine.epoch:
-                replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
+        if mine is not None and mine.is_master and not replaced and replica.epochs.epoch < mine.epoch:
+            replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
         return replica
 
     async def _follow_roles(self) -> None:

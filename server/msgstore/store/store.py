@@ -433,17 +433,21 @@ class MessageStore:
         self.dispatcher.wakeup()
         return end
 
+    def _followed_metadata(self) -> tuple[tuple[str, Any], ...]:
+        """The metadata files a follower takes from its master, by their snapshot names."""
+        return (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups))
+
     def metadata_snapshot(self) -> dict[str, str]:
         """Topics, consumer offsets and subscription groups as their files hold them."""
         out = {}
-        for name, f in (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups)):
+        for name, f in self._followed_metadata():
             with f.lock:
                 out[name] = json.dumps(f.encode(), sort_keys=True)
         return out
 
     def apply_metadata(self, snapshot: Mapping[str, str]) -> None:
         """A follower takes its master's metadata files as they are (and persists them)."""
-        for name, f in (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups)):
+        for name, f in self._followed_metadata():
             raw = snapshot.get(name)
             if not raw:
                 continue
