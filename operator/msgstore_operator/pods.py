@@ -146,15 +146,15 @@ def admin_of(client: Client, spec: Spec, pod: PodView) -> AdminClient:
     return AdminClient(client, f"{pod.ip}:{spec.port}")
 
 
-def _status(spec: Spec, view: PodView, token: str | None) -> dict[str, Any]:
+def _ask(spec: Spec, view: PodView, token: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The pod's Admin.GetStatus, and its Admin.GetRole in a replicated store, over one channel."""
     with Client(f"{view.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S) as c:
-        return admin_of(c, spec, view).status()
-
-
-def _role(spec: Spec, view: PodView, token: str | None) -> dict[str, Any]:
-    with Client(f"{view.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S) as c:
-        r = admin_of(c, spec, view).role_pb()
-    return {
+        admin = admin_of(c, spec, view)
+        status = admin.status()
+        if not spec.replication.enabled:
+            return status, None
+        r = admin.role_pb()
+    return status, {
         "group": r.group,
         "role": r.role,
         "mode": r.mode,
@@ -195,10 +195,8 @@ def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -
         if view.ip and not view.deleting and reachable:
             for candidate in candidates:
                 try:
-                    view.store = _status(spec, view, candidate)
+                    view.store, view.role = _ask(spec, view, candidate)
                     view.token, view.error = candidate, ""
-                    if spec.replication.enabled:
-                        view.role = _role(spec, view, candidate)
                     break
                 except StoreError as e:
                     view.error = f"{e.code.name}: {e.details}"

@@ -228,7 +228,8 @@ class Reconciler:
         groups = {g: dict(v) for g, v in (repl.get("groups") or {}).items()}
         by_name = {p.name: p for p in pods}
         blocked = []
-        for group, names in spec.groups(replicas).items():
+        wanted = spec.groups(replicas)
+        for group, names in wanted.items():
             plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time())
             if plan.waiting:
                 out.waiting = out.waiting or plan.waiting
@@ -238,7 +239,7 @@ class Reconciler:
             out.events += plan.events if state is plan.state else []
             state["members"] = replication.member_figures(names, by_name, state.get("master", ""))
             groups[group] = state
-        for gone in [g for g in groups if g not in spec.groups(replicas)]:
+        for gone in [g for g in groups if g not in wanted]:
             del groups[gone]
         status["replication"] = {"mode": spec.replication.mode, "replicas": spec.replication.replicas, "groups": groups}
         self._report(conditions, out, "FailoverBlocked", "NoReadyFollower", "; ".join(blocked), ok_reason="MastersServing")

@@ -64,6 +64,16 @@ def _lost_data(master: PodView | None, others: list[PodView | None], recorded_en
     return any(_usable(p) and p is not None and p.role is not None and p.role["end_offset"] > master.role["end_offset"] for p in others)
 
 
+def _ready_followers(names: list[str], pods: dict[str, PodView], master: str) -> list[PodView]:
+    """The group's members other than ``master`` that are Ready, answer, and follow."""
+    return [p for n in names if n != master and _usable(p := pods.get(n)) and p is not None and p.role["role"] == "SLAVE"]
+
+
+def _holding_most(followers: list[PodView]) -> PodView:
+    """The follower whose log reaches furthest (the lowest ordinal among equals)."""
+    return max(followers, key=lambda p: (p.role["end_offset"] if p.role else 0, -p.ordinal))
+
+
 def address(spec: Spec, p: PodView) -> str:
     return f"{p.ip}:{spec.port}"
 
@@ -99,11 +109,11 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
     if now - since < after:
         plan.waiting = f"{group}: master {state['master']} not ready for {now - since:.0f} s (failover after {after} s)"
         return plan
-    candidates = [p for n in names if n != state["master"] and _usable(p := pods.get(n)) and p is not None and p.role["role"] == "SLAVE"]
+    candidates = _ready_followers(names, pods, state["master"])
     if not candidates:
         plan.blocked = f"{group}: master {state['master']} not ready for {now - since:.0f} s and no follower is ready to take over"
         return plan
-    best = max(candidates, key=lambda p: (p.role["end_offset"] if p.role else 0, -p.ordinal))
+    best = _holding_most(candidates)
     assert best.role is not None
     epochs = [int(state["epoch"]), *(int(p.role["epoch"]) for p in candidates if p.role)]
     if master is not None and master.role is not None:
@@ -138,14 +148,10 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
 def plan_switchover(spec: Spec, group: str, names: list[str], pods: dict[str, PodView], state: dict[str, Any]) -> GroupPlan | None:
     """Before a roll restarts a group's master: promote its most caught-up connected follower,
     and make the old master follow it. None when no follower is ready (the roll waits)."""
-    candidates = [
-        p
-        for n in names
-        if n != state.get("master") and _usable(p := pods.get(n)) and p is not None and p.role["role"] == "SLAVE" and p.role["connected"]
-    ]
+    candidates = [p for p in _ready_followers(names, pods, state.get("master", "")) if p.role and p.role["connected"]]
     if not candidates:
         return None
-    best = max(candidates, key=lambda p: (p.role["end_offset"] if p.role else 0, -p.ordinal))
+    best = _holding_most(candidates)
     epoch = int(state.get("epoch", 1)) + 1
     new_state = {
         **{k: v for k, v in state.items() if k != "members"},
