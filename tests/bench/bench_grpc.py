@@ -36,10 +36,17 @@ def batched_send(
     msgs = [OutMessage(body, tags=tags) for _ in range(batch)]
     per = max(1, total // streams // batch)
 
+    failures: list[str] = []
+
     def work(k: int) -> None:
-        for i in range(per):
-            r = client.send_batch(topic, msgs, queue=queues[(k * 3 + i) % len(queues)])
-            assert r[-1].ok
+        try:
+            for i in range(per):
+                r = client.send_batch(topic, msgs, queue=queues[(k * 3 + i) % len(queues)])
+                if not r[-1].ok:
+                    failures.append(r[-1].status)
+                    return
+        except Exception as e:  # a thread's exception would otherwise vanish, and the rate look fine
+            failures.append(repr(e))
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(streams)]
     t = time.perf_counter()
@@ -47,7 +54,10 @@ def batched_send(
         th.start()
     for th in threads:
         th.join()
-    return per * streams * batch / (time.perf_counter() - t), per * streams * batch
+    dt = time.perf_counter() - t
+    if failures:
+        raise RuntimeError(f"batched send to {topic} failed: {failures[:3]}")
+    return per * streams * batch / dt, per * streams * batch
 
 
 def producer_singles(client: Client, topic: str, total: int = 100_000, body: bytes = BODY) -> float:

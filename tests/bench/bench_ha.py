@@ -18,10 +18,11 @@ import tempfile
 import threading
 import time
 
-from msgstore.client import Client, OutMessage, StoreError
+from msgstore.client import Client, StoreError
 from tests.ha.conftest import Group
 from tests.support.servers import SMALL_STORE, ServerProcess
 
+from .bench_grpc import batched_send
 from .common import REPEAT, Measure
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -36,27 +37,8 @@ def _defaults(g: Group) -> Group:
 
 
 def send_rate(client: Client, topic: str, total: int) -> float:
-    body = os.urandom(1024)
-    batch = [OutMessage(body) for _ in range(BATCH)]
-    per = total // THREADS // BATCH
-    errors: list[str] = []
-
-    def work() -> None:
-        for _ in range(per):
-            res = client.send_batch(topic, batch)
-            if res[0].status != "PUT_OK":
-                errors.append(res[0].status)
-
-    threads = [threading.Thread(target=work) for _ in range(THREADS)]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    dt = time.perf_counter() - t
-    if errors:
-        raise RuntimeError(f"{len(errors)} batches not acknowledged: {errors[:3]}")
-    return per * THREADS * BATCH / dt
+    """Batched send of 1 KiB messages from THREADS threads (the gRPC suite's loop)."""
+    return batched_send(client, topic, THREADS, total, BATCH, os.urandom(1024), tags=None)[0]
 
 
 def throughput(workdir: str, total: int) -> tuple[list[float], list[float]]:
