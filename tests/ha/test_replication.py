@@ -4,6 +4,7 @@ cutting back the tail nobody else had (issue 13, docs/store-format.md §14)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -15,6 +16,7 @@ import grpc
 import pytest
 
 from msgstore.client import Client, OutMessage, StoreError
+from msgstore.client.aio import AsyncClient
 from msgstore.client.routing import QueueRef
 from tests.ha.conftest import caught_up, connected, identical_logs, role
 from tests.support.servers import ServerProcess, wait_until
@@ -268,3 +270,24 @@ def test_reads_go_to_a_follower_while_the_master_is_down_and_commits_to_the_new_
     c.commit("billing", "reads", q, 20)  # goes to whoever is master now
     assert c.committed("billing", "reads", q) == 20
     assert Client(follower.address).committed("billing", "reads", QueueRef("g0", follower.address, 0)) == 20
+
+
+def test_the_asyncio_client_also_reads_from_a_follower_and_commits_to_the_new_master(groups):
+    g = groups(2, follower=["slaveReadEnable=true"])
+    master, follower = g.members
+    c = g.client()
+    q = QueueRef("g0", master.address, 0)
+    assert all(r.ok for r in c.send_batch("reads", [OutMessage(b"r%d" % i) for i in range(30)], queue=q))
+    caught_up(c, follower, master)
+
+    async def scenario() -> tuple[list[bytes], int]:
+        async with AsyncClient([master.address, follower.address], timeout=10) as ac:
+            await ac.route("reads")  # cached while the master is up
+            master.kill()
+            bodies = [m.body for m in (await ac.pull("reads", q, 0, max_messages=64)).messages]
+            c.admin(follower.address).promote()
+            await ac.commit("billing", "reads", q, 15)
+            return bodies, await ac.committed("billing", "reads", q)
+
+    bodies, committed = asyncio.run(scenario())
+    assert bodies == [b"r%d" % i for i in range(30)] and committed == 15

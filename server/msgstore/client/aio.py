@@ -183,9 +183,7 @@ class AsyncClient:
         group: str = "",
     ) -> PullResult:
         req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
-        resp = await self._call(
-            await self._read_address(topic, queue), "Pull", req, timeout=self.timeout + timeout_ms / 1000, node=queue.node
-        )
+        resp = await self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)
         return pull_result(resp, queue.node)
 
     async def heartbeat(
@@ -196,26 +194,37 @@ class AsyncClient:
     async def unregister(self, address: str, group: str, client_id: str, node: str = "") -> None:
         await self._call(address, "Unregister", pb.UnregisterRequest(group=group, client_id=client_id), timeout=5.0, node=node)
 
-    async def _read_address(self, topic: str, queue: QueueRef) -> str:
-        return (await self.route(topic)).read_address(queue) or queue.address
+    async def _address(self, topic: str, queue: QueueRef, reads: bool, refresh: bool = False) -> str:
+        route = await self.route(topic, refresh=refresh)
+        if not reads:
+            return route.write_address(queue)
+        found = route.read_address(queue)
+        if found is None and not refresh:  # nobody ready as far as the cached route knows: look again
+            found = (await self.route(topic, refresh=True)).read_address(queue)
+        return found or queue.address
 
-    async def _master_address(self, topic: str, queue: QueueRef) -> str:
-        return (await self.route(topic)).write_address(queue)
+    async def _group_call(self, topic: str, queue: QueueRef, method: str, request, *, reads: bool, timeout: float | None = None):
+        """As :meth:`Client._group_call`: the queue's master (or, for reads, whoever serves
+        them); when that member does not answer, the member a fresh route names, once."""
+        address = await self._address(topic, queue, reads)
+        try:
+            return await self._call(address, method, request, timeout, node=queue.node)
+        except StoreError as e:
+            if e.code != grpc.StatusCode.UNAVAILABLE:
+                raise
+            again = await self._address(topic, queue, reads, refresh=True)
+            if again == address:
+                raise
+            return await self._call(again, method, request, timeout, node=queue.node)
 
     async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
-        await self._call(
-            await self._master_address(topic, queue),
-            "CommitOffset",
-            pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset),
-        )
+        req = pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset)
+        await self._group_call(topic, queue, "CommitOffset", req, reads=False)
 
     async def committed(self, group: str, topic: str, queue: QueueRef) -> int:
-        resp = await self._call(
-            await self._master_address(topic, queue),
-            "GetCommittedOffset",
-            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id),
-        )
-        return resp.offset
+        req = pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id)
+        resp = await self._group_call(topic, queue, "GetCommittedOffset", req, reads=False)
+        return resp.offset  # type: ignore[no-any-return]
 
     async def queue_offsets(self, topic: str, skip_unavailable: bool = False) -> dict[QueueRef, tuple[int, int]]:
         out = {}
