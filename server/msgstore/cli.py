@@ -40,7 +40,7 @@ def _token_source(path: str | None, env: str | None):
     return TokenSource(value) if value else None
 
 
-def _client(args):
+def _client(args, send_streams: bool = True):
     from .client import Client
 
     return Client(
@@ -52,6 +52,7 @@ def _client(args):
         tls_key=args.tls_key,
         server_name=args.server_name,
         timeout=args.timeout,
+        send_streams=send_streams,
     )
 
 
@@ -89,7 +90,7 @@ def cmd_send(args) -> int:
             print(f"error: --property {p!r}: expected NAME=VALUE", file=sys.stderr)
             return 2
         props[name] = value
-    with _client(args) as c:
+    with _client(args, send_streams=False) as c:  # one request: no stream threads to start and tear down
         queue = None
         if args.queue is not None or args.node is not None:
             found = _queues(c, args.topic, args.queue, args.node)

@@ -51,6 +51,15 @@ def test_send_uses_one_stream_per_node_and_answers_every_message(server, client)
     assert [m.body for m in got.messages] == [f"m{i}".encode() for i, r in enumerate(results) if r.queue_id == results[0].queue_id]
 
 
+def test_a_client_without_send_streams_sends_unary(server):
+    """What the CLI's one-shot `send` uses: no stream, no background thread to tear down at exit."""
+    before = {t.name for t in threading.enumerate()}
+    with Client(server.address, send_streams=False) as c:
+        assert all(r.ok for r in [c.send("u", b"one"), *c.send_batch("u", [OutMessage(b"two")])])
+        assert c._streams == {}
+        assert not [t for t in threading.enumerate() if t.name not in before and t.name.startswith("msgstore-send-stream")]
+
+
 def test_merged_request_is_protocol_level_concatenation(server):
     """Two callers' SendRequests concatenated under one request_id: one answer, entries in order;
     with an invalid part the whole request is refused (nothing stored) and the stream goes on."""

@@ -182,9 +182,12 @@ class Client:
         server_name: str | None = None,
         timeout: float = 10.0,
         failover_timeout: float = 15.0,
+        send_streams: bool = True,
     ):
         """``failover_timeout``: how long a send to a replicated group whose master fails
-        waits for the group's new master before failing (or going to another group)."""
+        waits for the group's new master before failing (or going to another group).
+        ``send_streams=False``: every send is a unary Send (a one-shot program has nothing to
+        gain from a stream and its background threads)."""
         self.endpoints = split_endpoints(endpoints)
         self.security = Security(token, admin_token, tls_ca, tls_cert, tls_key, server_name)
         self.timeout = timeout
@@ -193,6 +196,7 @@ class Client:
         self._routes: dict[str, Route] = {}
         self._lock = threading.Lock()
         self._streams: dict[str, SendStream] = {}
+        self._send_streams = send_streams
         self._unary_only: set[str] = set()  # servers without SendStream
 
     # ------------------------------------------------------------------ plumbing
@@ -391,7 +395,7 @@ class Client:
         """One send request to one node: over the node's SendStream, or unary Send to a server
         that has no SendStream (UNIMPLEMENTED: nothing was stored, so resending is safe)."""
         req = encode_send(topic, target.queue_id, messages, wait_flush, visible)
-        if target.address not in self._unary_only:
+        if self._send_streams and target.address not in self._unary_only:
             try:
                 return self.send_stream(target.address, target.node).send(req, len(messages), (wait_flush, visible), self.timeout)
             except StoreError as e:
