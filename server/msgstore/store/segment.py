@@ -68,6 +68,9 @@ class Segment:
         # Writes go through pwrite on this descriptor: on a full disk that fails with ENOSPC,
         # where a store into a shared mapping of a sparse file would kill us with SIGBUS.
         self._fd: int | None = fd
+        self._fd_lock = threading.Lock()  # a flush syncing through the descriptor holds it open (see close_writer)
+        self._fd_syncing = 0
+        self._fd_close_pending = False
         self.wrote = 0
         self.committed = 0
         self.flushed = 0
@@ -182,10 +185,41 @@ class Segment:
         return self.committed
 
     def close_writer(self) -> None:
-        """Full segments give their descriptor back (thousands of queues would exhaust fds)."""
-        fd, self._fd = self._fd, None
+        """Full segments give their descriptor back (thousands of queues would exhaust fds).
+        A flush syncing through it meanwhile closes it when done: closed under it, the sync
+        failed with EBADF, or (the number reused by another file) synced the wrong file and
+        counted this one as flushed."""
+        with self._fd_lock:
+            if self._fd_syncing:
+                self._fd_close_pending = True
+                return
+            fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+    def _sync_fd(self) -> bool:
+        """fdatasync through the write descriptor; False when there is none (closed)."""
+        with self._fd_lock:
+            fd = self._fd
+            if fd is None:
+                return False
+            self._fd_syncing += 1
+        try:
+            os.fdatasync(fd)
+        finally:
+            with self._fd_lock:
+                self._fd_syncing -= 1
+                close = self._fd_syncing == 0 and self._fd_close_pending
+                if close:
+                    self._fd, self._fd_close_pending = None, False
+            if close:
+                os.close(fd)
+        return True
+
+    def drop_buffer(self) -> None:
+        """Stop using the write buffer (after committing it): later appends go to the file."""
+        if self._buffer is not None and self.committed >= self.wrote:
+            self._return_buffer()
 
     def _return_buffer(self) -> None:
         buf, self._buffer = self._buffer, None
@@ -212,13 +246,10 @@ class Segment:
         try:
             target = self.read_position
             begin = (self.flushed // PAGE) * PAGE
-            fd = self._fd
-            if self._syncer is msync and fd is not None and self._buffer is None:
-                # fdatasync releases the GIL; mmap.flush (msync) holds it for the whole disk
-                # wait, which stalled every put thread and left group commit with one request
-                # per flush. Writes go through this descriptor, so it covers them all.
-                os.fdatasync(fd)
-            else:
+            # fdatasync releases the GIL; mmap.flush (msync) holds it for the whole disk wait,
+            # which stalled every put thread and left group commit with one request per flush.
+            # Writes go through this descriptor, so it covers them all.
+            if not (self._syncer is msync and self._buffer is None and self._sync_fd()):
                 self._syncer(self.mm, begin, target - begin)
             self.flushed = target
         finally:
