@@ -14,7 +14,7 @@ from tests.support.servers import wait_until
 SYNC = ["brokerRole=SYNC_MASTER", "inSyncReplicas=2", "slaveTimeout=300"]
 
 
-def test_a_full_follower_disk_turns_sync_acks_into_timeouts_until_space_returns(groups, tmpfs):  # noqa: F811
+def test_a_full_follower_disk_turns_sync_acks_into_refusals_until_space_returns(groups, tmpfs):  # noqa: F811
     g = groups(2, master=SYNC, follower=["cleanFileForciblyEnable=false"], start=False)
     master, follower = g.members
     follower.data_dir = os.path.join(tmpfs, "m1")
@@ -28,8 +28,9 @@ def test_a_full_follower_disk_turns_sync_acks_into_timeouts_until_space_returns(
     statuses = []
     for _ in range(20):  # a few MiB more than the follower can take
         statuses += [r.status for r in c.send_batch("t", [OutMessage(body) for _ in range(40)])]
-    assert set(statuses) <= {"PUT_OK", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"}  # stored on the master, never silently
-    assert statuses[-1] in ("FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+    # stored on the master but not confirmed, or refused once the follower left the in-sync set: never a silent PUT_OK
+    assert set(statuses) <= {"PUT_OK", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE", "IN_SYNC_REPLICAS_NOT_ENOUGH"}
+    assert statuses[-1] in ("FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE", "IN_SYNC_REPLICAS_NOT_ENOUGH")
     assert follower.proc.poll() is None and follower.health() is not None  # the follower is still up
     assert role(c, follower).end_offset > held  # it took what fitted
     assert "No space left" in follower.log() or "creating a commit-log segment failed" in follower.log()

@@ -26,27 +26,35 @@ def role_status(server) -> apb.RoleStatus:
         return out
     out.group, out.role, out.mode, out.epoch = r.group, r.role, r.mode, r.epoch
     out.epochs.extend(epochs_pb(r.epochs.snapshot()))
+    out.group_epoch = max(r.group_epoch, r.epoch)
+    out.address = r.address
+    out.members.extend(hpb.ReplicaMember(name=n, address=a) for n, a in sorted(r.members.snapshot().items()))
     if r.is_master:
         end = out.end_offset
-        in_sync = {f.member for f in r.tracker.in_sync(end)}
-        seen: set[str] = set()
-        for f in sorted(r.tracker.links.values(), key=lambda f: -f.acked):
-            if f.member in seen:
-                continue
-            seen.add(f.member)
+        out.fenced = r.ack_refusal()
+        out.sync_state_set.extend([r.node, *r.tracker.sync_state_set()])
+        out.confirm_offset = r.confirmed if r.mode == "SYNC" else end
+        out.group_mode = r.mode
+        for f in sorted(r.tracker.live().values(), key=lambda f: -f.acked):
             out.followers.add(
                 member=f.member,
                 acked_offset=f.acked,
                 lag_bytes=max(0, end - f.acked),
-                in_sync=f.member in in_sync,
+                in_sync=f.member in r.tracker.in_sync,
                 last_report_age_s=time.monotonic() - f.last_report,
+                address=f.address,
             )
     else:
         out.master_address = r.master_address
         lag, lag_s = r.lag()
         out.lag_bytes, out.lag_seconds = lag, lag_s
-        out.connected = bool(r.follower and r.follower.connected)
-        out.master_end = r.follower.master_end if r.follower else 0
+        f = r.follower
+        out.connected = bool(f and f.connected)
+        out.master_end = f.master_end if f else 0
+        out.in_sync = bool(f and f.connected and f.in_sync)
+        out.sync_state_set.extend(f.sync_state_set if f else [])
+        out.master_contact_age_s = f.contact_age() if f else -1.0
+        out.group_mode = r.group_mode
     return out
 
 
@@ -107,13 +115,30 @@ class RoleHandlers:
 
     async def SetRole(self, request: apb.SetRoleRequest, context) -> apb.RoleStatus:
         replica = await self._replica(context)
+        if request.forget_member:
+            try:
+                replica.forget_member(request.forget_member.strip())
+            except RoleError as e:
+                raise v.InvalidArgument("forget_member", str(e)) from None
+            if not request.master_address:
+                return role_status(self.server)
         address = request.master_address.strip()
         if not address or ":" not in address:
             raise v.InvalidArgument("master_address", f"give the master's host:port, got {request.master_address!r}")
         if address == self.server.advertise:  # type: ignore[attr-defined]
             raise v.InvalidArgument("master_address", "a member cannot follow itself")
         try:
-            await replica.follow(address)
+            await replica.follow(address, request.epoch)
+        except RoleError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return role_status(self.server)
+
+    async def Fence(self, request: apb.FenceRequest, context) -> apb.RoleStatus:
+        replica = await self._replica(context)
+        if not request.epoch:
+            raise v.InvalidArgument("epoch", "name the epoch being elected (newer than the member's)")
+        try:
+            replica.fence(request.epoch, request.reason[:200])
         except RoleError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return role_status(self.server)

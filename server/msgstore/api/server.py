@@ -177,6 +177,9 @@ class StoreServer:
         node.read_enabled = r is None or r.is_master or bool(self.store.config.slaveReadEnable)
         if r is not None and not r.is_master:
             node.lag_bytes = r.lag()[0]
+            node.master_address = r.master_address
+        if r is not None and r.is_master and ready:
+            node.fenced = bool(r.ack_refusal())
         return node
 
     # ------------------------------------------------------------------ replication
@@ -216,6 +219,7 @@ class StoreServer:
             master_address=master,
             channel=self._ha_channel,
             call_metadata=self._admin_metadata,
+            address=self.advertise,
         )
         if mine is not None and mine.is_master and not replaced and replica.epochs.epoch < mine.epoch:
             replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
@@ -233,20 +237,34 @@ class StoreServer:
             mine = self.roles.read().get(self.node_name)
             if mine is None:
                 continue
+            if mine.epoch < max(r.epoch, r.group_epoch):  # a late file: it would undo a newer decision
+                log.info("ignoring the roles file: it names epoch %d of %s, an older epoch than %d", mine.epoch, r.group, r.group_epoch)
+                continue
             try:
                 if mine.is_master and not r.is_master and r.store.commitlog.max_offset == 0 and not r.epochs.snapshot():
                     continue  # an empty replacement volume: only an explicit Promote makes it master
-                if mine.is_master and (not r.is_master or r.epoch < mine.epoch):
-                    await r.promote(max(mine.epoch, r.epoch + 1), mine.mode)
+                if mine.is_master and mine.epoch > r.epoch:
+                    await r.promote(mine.epoch, mine.mode)
                 elif not mine.is_master and mine.master_address and (r.is_master or r.master_address != mine.master_address):
-                    await r.follow(mine.master_address)
+                    await r.follow(mine.master_address, mine.epoch)
             except Exception:
                 log.exception("applying the roles file failed")
 
     async def route(self, topic: str, local: msgstore_pb2.NodeRoute) -> list[msgstore_pb2.NodeRoute]:
         addresses = await self.peers.addresses()
+        if self.replica is not None:  # the members of this node's group, even without --peers (a client given one address finds the rest)
+            addresses += [a for a in self.replica.members.others().values() if a not in addresses]
         others = [a for a in addresses if a != self.advertise]
         answers = await asyncio.gather(*(self.peers.peer_route(a, topic) for a in others))
+        if self.replica is not None:  # a member that does not answer is still one of the group's (not a node of its own)
+            by_address = {a: n for n, a in self.replica.members.others().items()}
+            named = {n.name for n in answers if n.name} | {local.name}
+            silent = [n for n in answers if not n.name and n.address in by_address]
+            for n in silent:
+                n.name, n.group = by_address[n.address], self.replica.group
+            # a remembered address its member has since left (it answers from another): not a member any more
+            stale = {id(n) for n in silent if n.name in named}
+            answers = [n for n in answers if id(n) not in stale]
         nodes = [local, *answers]
         named: dict[str, str] = {}
         for n in nodes:

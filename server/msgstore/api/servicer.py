@@ -201,9 +201,9 @@ class DataPlane(GroupHandlers):
         sync = store.config.flushDiskType == "SYNC_FLUSH"
         replica = self.server.replica
         refusal = replica.refuse_put() if replica is not None else None
-        if refusal is not None:  # too few members in sync to ever acknowledge: store nothing
-            reason = f"fewer than inSyncReplicas={store.config.inSyncReplicas} members are in sync"
-            outcomes = [(idx, failed(refusal, reason)) for _t, _q, _b, idx in groups]
+        if refusal is not None:  # fenced, or too few members in sync to ever acknowledge: store nothing
+            status, reason = refusal
+            outcomes = [(idx, failed(status, reason)) for _t, _q, _b, idx in groups]
             return Accepted(groups, outcomes, n, request_id, False, False, t0)
         outcomes = self._append_groups(groups, defer_flush=sync)
         replicate = False
@@ -223,6 +223,8 @@ class DataPlane(GroupHandlers):
         if a.visible:
             await self._await_visible(a.outcomes)
         outcomes = a.outcomes
+        if self.server.replica is not None:
+            self._fence_check(self.server.replica, outcomes)
         if all(not res.status.stored for _, res in outcomes) and all(
             res.status is PutStatus.SERVICE_NOT_AVAILABLE for _, res in outcomes
         ):  # nothing stored: fail the call
@@ -306,6 +308,21 @@ class DataPlane(GroupHandlers):
             (idx, store.check_destination(topic, qid, len(idx)) or store.put_prepared(batch, defer_flush))
             for topic, qid, batch, idx in groups
         ]
+
+    @staticmethod
+    def _fence_check(replica, outcomes: list) -> None:
+        """The last look before answering: a master fenced while these puts waited (for their
+        flush, their followers) acknowledges none of them. Stored or not, the client is told
+        to send them again, to the group's master (a deposed master's copy is cut when it
+        rejoins; otherwise a resend is at-least-once)."""
+        if not any(res.status.stored for _, res in outcomes):
+            return
+        why = replica.ack_refusal()
+        if not why:
+            return
+        for _, res in outcomes:
+            if res.status.stored:
+                res.status, res.reason = PutStatus.SERVICE_NOT_AVAILABLE, why
 
     async def _await_visible(self, outcomes: list) -> None:
         """Until the stored batches are dispatched (pullable at their offsets, findable by

@@ -124,6 +124,25 @@ class EpochFile:
                 self.entries = kept
                 self._save()
 
+    def reconcile(self, end: int) -> list[Epoch]:
+        """At start: terms that begin past the log's end (a crash between cutting the log and
+        this file, an epoch opened at an end that was never flushed) become one term, the
+        newest of them, starting at the end; returns the entries changed. Promotion would
+        otherwise fail for good (a new term must not start before the last one)."""
+        with self.lock:
+            beyond = [e for e in self.entries if e.start > end]
+            if not beyond:
+                return []
+            kept = [e for e in self.entries if e.start <= end]
+            top = Epoch(beyond[-1].epoch, end)
+            if kept and kept[-1].start == end:
+                kept[-1] = top  # that term wrote nothing: the newer one replaces it
+            else:
+                kept.append(top)
+            self.entries = kept
+            self._save()
+            return beyond
+
     def truncate_prefix(self, offset: int) -> None:
         """Drop the first terms while they end at or before ``offset`` (RocketMQ's
         ``truncatePrefixByOffset``; cleanup passes the log's new first offset minus one): a term

@@ -1,6 +1,11 @@
 """The follower's side: connect to the master, cut back what the master never had, then write
 the master's bytes at the master's offsets and report how far it got; and copy the master's
-metadata (topics, consumer offsets, groups) on a short period. Reconnects until told to stop."""
+metadata (topics, consumer offsets, groups) on a short period. Reconnects until told to stop.
+
+A master that goes silent (a partition, a paused process: its TCP connection stays open) is
+given up after ``haKeepaliveTimeout`` without a chunk (the master sends one at least every
+second), so ``connected`` and the lag say the truth within seconds.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,10 @@ METADATA_EVERY_S = 1.0
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
 
+class MasterSilent(Exception):
+    """No chunk from the master within haKeepaliveTimeout."""
+
+
 class Follower:
     def __init__(self, replica, master_address: str):
         self.replica = replica
@@ -29,21 +38,35 @@ class Follower:
         self.connected = False
         self.master_end = 0
         self.caught_up_at = time.monotonic()
+        self.last_contact = 0.0  # monotonic time of the last chunk (0: none yet)
+        self.in_sync = False  # in the master's in-sync set, as the master last said
+        self.sync_state_set: list[str] = []
         self.master_epochs: list[Epoch] = []
         self._tasks: list[asyncio.Task] = []
+        self._append: asyncio.Future | None = None  # an append running in a worker thread
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._run()), asyncio.ensure_future(self._metadata())]
 
     async def stop(self) -> None:
+        """Stop following; returns once no append of ours is still writing (a promotion must
+        not find the log growing under it)."""
+        pending = [t for t in self._tasks if not t.done()]
+        while pending:  # cancel again until done: a cancellation can be lost in a read finishing at that moment
+            for t in pending:
+                t.cancel()
+            await asyncio.wait(pending, timeout=0.1)
+            pending = [t for t in pending if not t.done()]
         for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+            if not t.cancelled() and t.exception() is not None:
+                log.debug("follower task ended with %r", t.exception())
+        if self._append is not None:
+            await asyncio.wait([self._append])
+            self._append = None
         self.connected = False
+
+    def contact_age(self) -> float:
+        return time.monotonic() - self.last_contact if self.last_contact else -1.0
 
     # ------------------------------------------------------------------ the stream
 
@@ -57,6 +80,8 @@ class Follower:
                 raise
             except grpc.aio.AioRpcError as e:
                 log.info("replication stream from %s ended: %s %s", self.master_address, e.code().name, e.details())
+            except MasterSilent as e:
+                log.warning("%s", e)
             except AppendError as e:  # a full disk, say: the master's SYNC puts time out meanwhile
                 log.warning("cannot write the copy of %s's log (%s: %s); retrying", self.master_address, e.status, e)
             except Exception:
@@ -65,50 +90,95 @@ class Follower:
             await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
             attempt += 1
 
+    async def _write(self, offset: int, data: bytes) -> int:
+        """Append in a worker thread; a cancellation (stop) still lets it finish (stop waits)."""
+        loop = asyncio.get_running_loop()
+        self._append = loop.run_in_executor(None, self.replica.store.append_replicated, offset, data)
+        try:
+            return await asyncio.shield(self._append)  # type: ignore[no-any-return]
+        finally:
+            if self._append.done():
+                self._append = None
+
+    def _apply_state(self, chunk: hpb.MasterChunk) -> None:
+        r = self.replica
+        if chunk.mode:
+            r.group_mode = chunk.mode
+        self.sync_state_set = list(chunk.sync_state_set)
+        self.in_sync = r.node in self.sync_state_set
+        if chunk.members:
+            r.members.replace({m.name: m.address for m in chunk.members})
+
     async def _follow(self) -> None:
         r = self.replica
         store, loop = r.store, asyncio.get_running_loop()
-        outbox: asyncio.Queue[hpb.FollowerReport] = asyncio.Queue()
+        timeout = store.config.haKeepaliveTimeout / 1000
+        outbox: asyncio.Queue[hpb.FollowerReport | None] = asyncio.Queue()
 
         async def reports():
-            while True:
-                yield await outbox.get()
+            while (report := await outbox.get()) is not None:
+                yield report
 
         stub = hpbg.ReplicationStub(r.channel(self.master_address))
         call = stub.Follow(reports(), metadata=r.call_metadata() or None)
         end = store.commitlog.max_offset
         outbox.put_nowait(
-            hpb.FollowerReport(handshake=True, member=r.node, group=r.group, end_offset=end, epochs=epochs_pb(r.epochs.snapshot()))
+            hpb.FollowerReport(
+                handshake=True, member=r.node, group=r.group, end_offset=end, epochs=epochs_pb(r.epochs.snapshot()), address=r.address
+            )
         )
         first = True
-        async for chunk in call:
-            if first:
-                first = False
-                self.master_epochs = [Epoch(e.epoch, e.start_offset) for e in chunk.epochs]
-                if chunk.truncate_to == 0 and chunk.start_offset > 0:
-                    log.warning(
-                        "the master keeps its log from %d only (this copy ends at %d): starting the copy over", chunk.start_offset, end
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(timeout):
+                        chunk = await call.read()
+                except TimeoutError:
+                    raise MasterSilent(
+                        f"no word from master {self.master_address} for {timeout * 1000:.0f} ms (haKeepaliveTimeout): reconnecting"
+                    ) from None
+                if chunk is grpc.aio.EOF:
+                    return
+                self.last_contact = time.monotonic()
+                if first:
+                    first = False
+                    self.master_epochs = [Epoch(e.epoch, e.start_offset) for e in chunk.epochs]
+                    if chunk.truncate_to == 0 and chunk.start_offset > 0:
+                        log.warning(
+                            "the master keeps its log from %d only (this copy ends at %d): starting the copy over", chunk.start_offset, end
+                        )
+                        await loop.run_in_executor(None, store.start_over)
+                        r.epochs.truncate_suffix(0)
+                    elif chunk.truncate_to >= 0:
+                        log.warning("cutting the commit log back from %d to %d: the new master never had that tail", end, chunk.truncate_to)
+                        await loop.run_in_executor(None, store.truncate_to, chunk.truncate_to)
+                        r.epochs.truncate_suffix(chunk.truncate_to)
+                    end = store.commitlog.max_offset
+                    if end != chunk.start_offset and not (end == 0 and chunk.start_offset % store.commitlog.segment_size == 0):
+                        raise RuntimeError(f"the master starts us at {chunk.start_offset}, but our log ends at {end}")
+                    self.connected = True
+                    log.info("following %s from %d (master end %d)", self.master_address, chunk.start_offset, chunk.master_end)
+                elif chunk.epochs:
+                    self.master_epochs = [Epoch(e.epoch, e.start_offset) for e in chunk.epochs]
+                if chunk.state:
+                    self._apply_state(chunk)
+                if self.master_epochs:
+                    r.group_epoch = max(r.group_epoch, self.master_epochs[-1].epoch)
+                if chunk.data:
+                    end = await self._write(chunk.offset, chunk.data)
+                store.dispatcher.limit = (lambda c=chunk.confirm_offset: c) if chunk.confirm_offset else None
+                self.master_end = max(chunk.master_end, end)
+                if end >= chunk.master_end:
+                    self.caught_up_at = time.monotonic()
+                r.epochs.replace([e for e in self.master_epochs if e.start <= end])
+                outbox.put_nowait(
+                    hpb.FollowerReport(
+                        member=r.node, group=r.group, end_offset=end, echo_sent_us=chunk.sent_us, echo_master_end=chunk.master_end
                     )
-                    await loop.run_in_executor(None, store.start_over)
-                    r.epochs.truncate_suffix(0)
-                elif chunk.truncate_to >= 0:
-                    log.warning("cutting the commit log back from %d to %d: the new master never had that tail", end, chunk.truncate_to)
-                    await loop.run_in_executor(None, store.truncate_to, chunk.truncate_to)
-                    r.epochs.truncate_suffix(chunk.truncate_to)
-                end = store.commitlog.max_offset
-                if end != chunk.start_offset and not (end == 0 and chunk.start_offset % store.commitlog.segment_size == 0):
-                    raise RuntimeError(f"the master starts us at {chunk.start_offset}, but our log ends at {end}")
-                self.connected = True
-                log.info("following %s from %d (master end %d)", self.master_address, chunk.start_offset, chunk.master_end)
-            elif chunk.epochs:
-                self.master_epochs = [Epoch(e.epoch, e.start_offset) for e in chunk.epochs]
-            if chunk.data:
-                end = await loop.run_in_executor(None, store.append_replicated, chunk.offset, chunk.data)
-            self.master_end = max(chunk.master_end, end)
-            if end >= chunk.master_end:
-                self.caught_up_at = time.monotonic()
-            r.epochs.replace([e for e in self.master_epochs if e.start <= end])
-            outbox.put_nowait(hpb.FollowerReport(member=r.node, group=r.group, end_offset=end))
+                )
+        finally:
+            outbox.put_nowait(None)  # the request stream ends on its own before the call is cancelled
+            call.cancel()
 
     # ------------------------------------------------------------------ metadata
 

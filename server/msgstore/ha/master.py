@@ -15,6 +15,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
 KEEPALIVE_S = 1.0  # an empty chunk this often tells an idle follower the master's end (its lag)
+CONFIRM_DELAY_S = 0.005  # a confirm offset that moved reaches idle followers this soon
 
 
 class Refused(Exception):
@@ -47,19 +48,38 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def data_chunk(offset: int, data: bytes, master_end: int) -> bytes:
-    """A serialized MasterChunk{offset, data, master_end}: what ``hpb.MasterChunk(...)
-    .SerializeToString()`` gives, without copying ``data`` into a message and out again."""
+def data_chunk(offset: int, data: bytes, master_end: int, sent_us: int = 0, confirm_offset: int = 0) -> bytes:
+    """A serialized MasterChunk{offset, data, master_end, sent_us, confirm_offset}: what
+    ``hpb.MasterChunk(...).SerializeToString()`` gives, without copying ``data`` into a message
+    and out again."""
     parts = [b"\x08", _varint(offset)] if offset else []
     if data:
         parts += [b"\x12", _varint(len(data)), data]
     if master_end:
         parts += [b"\x18", _varint(master_end)]
+    if sent_us:
+        parts += [b"\x38", _varint(sent_us)]
+    if confirm_offset:
+        parts += [b"\x40", _varint(confirm_offset)]
     return b"".join(parts)
+
+
+def now_us() -> int:
+    """The master's monotonic clock in microseconds (chunks carry it; reports echo it)."""
+    return int(time.monotonic() * 1e6)
 
 
 def epochs_pb(entries: list[Epoch]) -> list[hpb.EpochEntry]:
     return [hpb.EpochEntry(epoch=e.epoch, start_offset=e.start) for e in entries]
+
+
+def with_state(chunk: hpb.MasterChunk, replica) -> hpb.MasterChunk:
+    """What followers are told besides bytes: mode, in-sync set, members (§14.2)."""
+    chunk.state = True
+    chunk.mode = replica.mode
+    chunk.sync_state_set.extend([replica.node, *replica.tracker.sync_state_set()])
+    chunk.members.extend(hpb.ReplicaMember(name=n, address=a) for n, a in sorted(replica.members.snapshot().items()))
+    return chunk
 
 
 async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], write: Callable[[hpb.MasterChunk], Awaitable[None]]) -> None:
@@ -76,7 +96,9 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
     theirs = [Epoch(e.epoch, e.start_offset) for e in first.epochs]
     ours = replica.epochs.snapshot()
     if theirs and ours and theirs[-1].epoch > ours[-1].epoch:
-        raise Refused(f"{first.member} has epoch {theirs[-1].epoch}, newer than this master's {ours[-1].epoch}: this master is stale")
+        why = f"{first.member} has epoch {theirs[-1].epoch}, newer than this master's {ours[-1].epoch}: this master is stale"
+        replica.depose(why, theirs[-1].epoch)
+        raise Refused(why)
     end = cl.max_offset
     if theirs and ours and theirs[-1].epoch == ours[-1].epoch and first.end_offset > end:
         # a follower cannot be ahead of its master within the master's own term: this master
@@ -89,20 +111,30 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
     truncate, start = plan_start(theirs, first.end_offset, ours, end, max(0, cl.min_offset))
     if truncate >= 0:
         log.warning("follower %s must cut its log back from %d to %d (histories part there)", first.member, first.end_offset, truncate)
-    link = replica.tracker.connect(first.member, start if truncate >= 0 else first.end_offset)
+    replica.note_member(first.member, first.address)
+    link = replica.tracker.connect(first.member, first.address, start if truncate >= 0 else first.end_offset)
     log.info("follower %s connected: sending from %d (master end %d)", first.member, start, end)
-    await write(hpb.MasterChunk(epochs=epochs_pb(ours), truncate_to=truncate, start_offset=start, master_end=end, offset=start))
+    hello = hpb.MasterChunk(
+        epochs=epochs_pb(ours), truncate_to=truncate, start_offset=start, master_end=end, offset=start, sent_us=now_us()
+    )
+    sent_state = replica.state_version
+    await write(with_state(hello, replica))
 
     async def read_reports() -> None:
         async for r in reports:
-            replica.tracker.report(link, r.end_offset)
+            replica.tracker.report(link, r.end_offset, r.echo_sent_us, r.echo_master_end)
 
     reader = asyncio.ensure_future(read_reports())
-    pos, sent_epochs, quiet_since = start, ours, time.monotonic()
+    pos, sent_epochs, quiet_since, sent_confirm = start, ours, time.monotonic(), hello.confirm_offset
     try:
         while not reader.done() and replica.is_master:
+            if replica.tracker.silent(link):
+                silent_ms = replica.tracker.keepalive_s * 1000
+                raise Refused(f"follower {first.member} sent no report for {silent_ms:.0f} ms (haKeepaliveTimeout)")
             end = cl.max_offset
             epochs = replica.epochs.snapshot()
+            state = replica.state_version
+            confirm = replica.confirm_offset()
             if pos < end:
                 data = cl.read_raw(pos, CHUNK_BYTES)  # from the mapped segments just written: memory, no I/O to wait for
                 if data is None:
@@ -110,24 +142,32 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
                 if not data:
                     await replica.signal.wait(0.01)
                     continue
-                if epochs != sent_epochs:
-                    chunk = hpb.MasterChunk(offset=pos, data=data, master_end=end)
+                if epochs != sent_epochs or state != sent_state:
+                    chunk = hpb.MasterChunk(offset=pos, data=data, master_end=end, sent_us=now_us(), confirm_offset=confirm)
                     chunk.epochs.extend(epochs_pb(epochs))
-                    sent_epochs = epochs
-                    await write(chunk)
+                    sent_epochs, sent_state = epochs, state
+                    await write(with_state(chunk, replica))
                 else:  # the common case, encoded by hand: one copy of the bytes instead of three
-                    await write(data_chunk(pos, data, end))
+                    await write(data_chunk(pos, data, end, now_us(), confirm))
                 pos += len(data)
+                sent_confirm = confirm
                 quiet_since = time.monotonic()
                 continue
-            if time.monotonic() - quiet_since >= KEEPALIVE_S or epochs != sent_epochs:
-                chunk = hpb.MasterChunk(offset=pos, master_end=end)
-                if epochs != sent_epochs:
+            quiet = time.monotonic() - quiet_since
+            # a new confirm offset alone waits a moment: under load the next data chunk carries it
+            due = min(KEEPALIVE_S, CONFIRM_DELAY_S if confirm != sent_confirm else KEEPALIVE_S) - quiet
+            if due <= 0 or epochs != sent_epochs or state != sent_state:
+                chunk = hpb.MasterChunk(offset=pos, master_end=end, sent_us=now_us(), confirm_offset=confirm)
+                sent_confirm = confirm
+                if epochs != sent_epochs or state != sent_state:
                     chunk.epochs.extend(epochs_pb(epochs))
-                    sent_epochs = epochs
+                    sent_epochs, sent_state = epochs, state
+                    with_state(chunk, replica)
                 await write(chunk)
-                quiet_since = time.monotonic()
-            await asyncio.wait({reader, asyncio.ensure_future(replica.signal.wait(KEEPALIVE_S))}, return_when=asyncio.FIRST_COMPLETED)
+                quiet_since, due = time.monotonic(), KEEPALIVE_S
+            waiting = asyncio.ensure_future(replica.signal.wait(max(due, 0.001)))
+            await asyncio.wait({reader, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
     finally:
         reader.cancel()
         replica.tracker.disconnect(link)

@@ -1,23 +1,35 @@
-"""One member of a replica group: its role (master or follower), its epochs, and the changes of
-role a controller (the operator, or ``msgstore admin promote``/``role``) asks for.
+"""One member of a replica group: its role (master or follower), its epochs, whether it may
+acknowledge writes (``gate.py``), and the changes of role a controller (the operator, or
+``msgstore admin promote``/``role``) asks for.
 
 A master opens an epoch when it takes office (epoch, its commit-log end), takes writes, streams
-its log to followers and, in SYNC mode, acknowledges a put once enough members hold it. A
-follower refuses producers, copies its master's log and metadata, and may serve reads
-(``slaveReadEnable``). The server's event loop drives all of this.
+its log to followers and keeps their in-sync set; in SYNC mode it acknowledges a put once every
+member of that set holds it. A follower refuses producers, copies its master's log and
+metadata, and may serve reads (``slaveReadEnable``). The server's event loop drives all of this.
+
+Fencing without Kubernetes (with it, the group's Lease does this: ``lease.py``): a master that
+knows other members first asks them for the group's epoch before it acknowledges anything; one
+that learns of a newer epoch (a Fence, a follower's handshake, a member's answer) stops for good
+and follows the newer master when it knows where that is; and in a group of three or more a
+master that hears from no majority stops until it does again (check-quorum).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import grpc
 
 from ..store import MessageStore, PutStatus
+from ..v1 import admin_pb2 as apb
+from ..v1 import admin_pb2_grpc as apbg
 from .epochs import EpochFile
 from .follower import Follower
+from .gate import WriteGate
+from .members import GroupMembers
 from .signal import AppendSignal
 from .tracker import ReplicaTracker
 
@@ -26,6 +38,9 @@ log = logging.getLogger(__name__)
 MASTER, SLAVE = "MASTER", "SLAVE"
 MAX_EPOCH = 2**32 - 1  # epochs travel as uint32
 ROLES = {"ASYNC_MASTER": (MASTER, "ASYNC"), "SYNC_MASTER": (MASTER, "SYNC"), "SLAVE": (SLAVE, "ASYNC")}
+HOUSEKEEPING_S = 0.25
+PROBE_EVERY_S = 0.5
+PROBE_TIMEOUT_S = 1.0
 
 
 class RoleError(ValueError):
@@ -43,20 +58,38 @@ class Replica:
         master_address: str,
         channel: Callable[[str], grpc.aio.Channel],
         call_metadata: Callable[[], tuple],
+        address: str = "",
     ):
         if broker_role not in ROLES:
             raise RoleError(f"brokerRole must be one of {', '.join(ROLES)}, got {broker_role!r}")
         self.store = store
         self.node = node
         self.group = group
+        self.address = address
         self.role, self.mode = ROLES[broker_role]
         self.master_address = master_address if self.role == SLAVE else ""
         self.channel = channel
         self.call_metadata = call_metadata
         self.epochs = EpochFile(store.root)
+        dropped = self.epochs.reconcile(store.commitlog.max_offset)
+        if dropped:
+            log.warning("the epoch file named terms starting past the log's end (%d): %s; reconciled", store.commitlog.max_offset, dropped)
+        self.members = GroupMembers(store.config_dir, group, node, address)
         self.tracker = ReplicaTracker()
+        self.tracker.changed.append(self._state_changed)
+        self.tracker.progressed = self._progressed
         self.signal = AppendSignal()
+        self.gate = WriteGate()
         self.follower: Follower | None = None
+        self.group_epoch = self.epoch  # the newest epoch of the group this member knows of
+        self.group_mode = self.mode if self.role == MASTER else ""  # a follower: its master's, as last heard
+        self.state_version = 0  # bumped when what followers are told (mode, in-sync set, members) changes
+        self.confirmed = 0  # a SYNC master's confirm offset (what every in-sync member holds)
+        self._limit: int | None = None  # the dispatch bound that follows from it (None: none)
+        self.lease = None  # a LeaseKeeper on Kubernetes (the server sets it)
+        self._housekeeping: asyncio.Task | None = None
+        self._last_probe = 0.0
+        self.apply_settings()
         # retention deleted the log below min_offset: terms that ended there go (truncateEpochFilePrefix(minPhyOffset - 1))
         store.cleaner.on_deleted.append(lambda min_offset: self.epochs.truncate_prefix(min_offset - 1))
 
@@ -68,6 +101,11 @@ class Replica:
     def epoch(self) -> int:
         return self.epochs.epoch
 
+    def apply_settings(self) -> None:
+        cfg = self.store.config
+        self.tracker.max_not_catchup_s = cfg.haMaxTimeSlaveNotCatchup / 1000
+        self.tracker.keepalive_s = cfg.haKeepaliveTimeout / 1000
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
@@ -76,6 +114,8 @@ class Replica:
             self.store.follower = False
             if self.epochs.last is None:
                 self.epochs.append(1, self.store.commitlog.max_offset)
+            self.group_epoch = max(self.group_epoch, self.epoch)
+            self._take_office_gates(started=True)
             log.info("%s is the master of %s (%s), epoch %d", self.node, self.group, self.mode, self.epoch)
         elif self.master_address:
             self._follow(self.master_address)
@@ -84,67 +124,205 @@ class Replica:
             log.info("%s is a follower in %s, waiting to be told its master's address", self.node, self.group)
 
     async def stop(self) -> None:
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            try:
+                await self._housekeeping
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._housekeeping = None
+        await self._stop_following()
+
+    async def _stop_following(self) -> None:
         if self.follower is not None:
             await self.follower.stop()
             self.follower = None
 
     def _follow(self, address: str) -> None:
         self.store.follower = True
+        self.store.dispatcher.limit = None
         self.role = SLAVE
         self.master_address = address
+        self.gate.reset()
+        self.tracker.fail_waiters()
         self.follower = Follower(self, address)
         self.follower.start()
         log.info("%s follows %s in %s", self.node, address, self.group)
+
+    def _take_office_gates(self, started: bool) -> None:
+        """What this master must hear before it acknowledges (fencing without a Lease)."""
+        self.gate.reset()
+        self.store.dispatcher.limit = self._dispatch_limit
+        if self.lease is not None:
+            self.gate.lease = self.lease.refusal
+        else:
+            others = self.members.others()
+            if started and others:
+                self.gate.learning = (
+                    f"{self.node} has just started as master of {self.group} and is asking its members "
+                    f"({', '.join(sorted(others))}) whether a newer epoch exists before it takes writes"
+                )
+            self.gate.quorum = self._quorum_refusal
+        if (self._housekeeping is None or self._housekeeping.done()) and _loop_running():
+            self._housekeeping = asyncio.ensure_future(self._keep_house())
+
+    # ------------------------------------------------------------------ fencing
+
+    def depose(self, reason: str, epoch: int) -> None:
+        """A newer epoch exists: acknowledge nothing more, whatever is waiting included."""
+        self.group_epoch = max(self.group_epoch, epoch)
+        if not self.is_master or self.gate.deposed:
+            return
+        self.gate.deposed = reason
+        self.tracker.fail_waiters()
+        log.warning("%s stops acknowledging writes: %s", self.node, reason)
+
+    def fence(self, epoch: int, reason: str = "") -> None:
+        if epoch <= self.epoch:
+            raise RoleError(f"epoch {epoch} is not newer than {self.node}'s epoch {self.epoch}: a fence must name the epoch being elected")
+        if epoch > MAX_EPOCH:
+            raise RoleError(f"epoch {epoch} is past the largest epoch ({MAX_EPOCH})")
+        self.depose(f"fenced: epoch {epoch} of {self.group} is being elected" + (f" ({reason})" if reason else ""), epoch)
+
+    def ack_refusal(self) -> str:
+        """'' while this member may acknowledge a write, else why not."""
+        if not self.is_master:
+            follows = f" (it follows {self.master_address})" if self.master_address else ""
+            return f"{self.node} is no longer the master of {self.group}{follows}"
+        return self.gate.refusal()
+
+    def _quorum_refusal(self) -> str:
+        n = self.members.size
+        if n < 3:
+            return ""
+        need = n // 2  # followers heard from: with this master, a majority
+        heard = self.tracker.heard_from(self.tracker.keepalive_s)
+        if heard >= need:
+            return ""
+        return (
+            f"{self.node} has heard from {heard} of the {n - 1} other members of {self.group} within "
+            f"{self.tracker.keepalive_s * 1000:.0f} ms, not a majority: it acknowledges nothing until it does (check-quorum)"
+        )
+
+    async def _keep_house(self) -> None:
+        """A master's loop: the in-sync set ages, and while it may not acknowledge (just started,
+        no majority, no follower at all) it asks its members whether a newer epoch exists."""
+        while self.is_master:
+            self.apply_settings()
+            self.tracker.refresh()
+            alone = not self.tracker.live() and self.members.others()
+            if self.lease is None and (self.gate.learning or self.gate.deposed or self.gate.refusal() or alone):
+                if time.monotonic() - self._last_probe >= PROBE_EVERY_S:
+                    self._last_probe = time.monotonic()
+                    try:
+                        await self._probe()
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("asking the members of %s for their epochs failed", self.group)
+            await asyncio.sleep(HOUSEKEEPING_S)
+
+    async def _probe(self) -> None:
+        others = self.members.others()
+        if not others:
+            return
+
+        async def ask(address: str) -> apb.RoleStatus | None:
+            try:
+                stub = apbg.AdminStub(self.channel(address))
+                return await stub.GetRole(apb.GetRoleRequest(), timeout=PROBE_TIMEOUT_S, metadata=self.call_metadata() or None)
+            except grpc.aio.AioRpcError:
+                return None
+
+        answers = dict(zip(others, await asyncio.gather(*(ask(a) for a in others.values()))))
+        if not self.is_master:
+            return
+        heard = {n: a for n, a in answers.items() if a is not None and a.group == self.group}
+        newest = max([0, *(max(a.epoch, a.group_epoch) for a in heard.values())])
+        if newest > self.epoch:
+            who = max(heard, key=lambda n: max(heard[n].epoch, heard[n].group_epoch))
+            self.depose(f"{who} knows epoch {newest} of {self.group}, newer than this member's {self.epoch}", newest)
+            master = next(
+                (a.address or others[n] for n, a in heard.items() if a.role == MASTER and a.epoch == newest and not a.fenced), None
+            )
+            if master:
+                log.warning("%s follows %s, the master of epoch %d", self.node, master, newest)
+                await self.follow(master, newest)
+            return
+        if self.gate.learning:
+            need = 1 if self.members.size == 2 else self.members.size // 2
+            if len(heard) >= need:
+                log.info("%s heard from %s: no newer epoch than %d; taking writes", self.node, ", ".join(sorted(heard)), self.epoch)
+                self.gate.learning = ""
 
     # ------------------------------------------------------------------ changes of role
 
     async def promote(self, epoch: int = 0, mode: str = "") -> None:
         if mode and mode not in ("SYNC", "ASYNC"):
             raise RoleError(f"mode must be SYNC or ASYNC, got {mode!r}")
-        new = epoch or self.epoch + 1
+        if self.is_master and epoch and epoch == self.epoch and not self.gate.deposed:
+            return  # asked again (a controller retrying a Promote that timed out): already done
+        new = epoch or max(self.epoch, self.group_epoch) + 1
         if new > MAX_EPOCH:
             raise RoleError(f"epoch {new} is past the largest epoch ({MAX_EPOCH})")
         if new <= self.epoch:
-            if self.is_master and epoch == self.epoch:
-                return  # asked again (a controller retrying): already done
             raise RoleError(f"epoch {new} is not newer than this member's epoch {self.epoch}")
-        await self.stop()
+        if new < self.group_epoch:
+            raise RoleError(f"epoch {new} is older than epoch {self.group_epoch}, which {self.group} already has")
+        await self._stop_following()
+        mode = mode or self.group_mode or self.mode  # a promoted follower keeps its group's mode
 
         def take_office(end: int) -> None:
             # before the store takes its first put: a put must find the master (and its mode) in place
             self.epochs.append(new, end)
-            self.role, self.master_address = MASTER, ""
-            if mode:
-                self.mode = mode
+            self.role, self.master_address, self.mode, self.group_mode = MASTER, "", mode, mode
+            self.group_epoch = max(self.group_epoch, new)
 
         if self.store.follower:
             await asyncio.get_running_loop().run_in_executor(None, self.store.take_writes, take_office)
         else:  # a master moving to a new term (a controller bumping the epoch)
             take_office(self.store.commitlog.max_offset)
-        log.warning("%s promoted: master of %s at epoch %d from offset %d", self.node, self.group, new, self.store.commitlog.max_offset)
+        self._take_office_gates(started=False)
+        self._progressed()
+        self._state_changed()
+        end = self.store.commitlog.max_offset
+        log.warning("%s promoted: master of %s (%s) at epoch %d from offset %d", self.node, self.group, mode, new, end)
 
-    async def follow(self, address: str) -> None:
+    async def follow(self, address: str, epoch: int = 0) -> None:
         if not address:
             raise RoleError("master_address: give the host:port of the master to follow")
+        if epoch and epoch < self.epoch:
+            raise RoleError(f"{address} is named master of epoch {epoch}, older than this member's epoch {self.epoch}")
+        self.group_epoch = max(self.group_epoch, epoch)
         if self.role == SLAVE and self.master_address == address and self.follower is not None:
             return
-        await self.stop()
+        if self._housekeeping is not None and self._housekeeping is not asyncio.current_task():
+            self._housekeeping.cancel()  # (when it is the caller, it ends by itself: no longer master)
+        self._housekeeping = None
+        await self._stop_following()
         self._follow(address)
+        self._progressed()
 
     # ------------------------------------------------------------------ the put path (a master's)
 
     def needed_followers(self) -> int:
-        """Followers a SYNC put waits for: inSyncReplicas minus the master, at least one."""
+        """Followers a SYNC put waits for at least: inSyncReplicas minus the master, at least one."""
         return max(1, int(self.store.config.inSyncReplicas) - 1)
 
-    def refuse_put(self) -> PutStatus | None:
-        """Before appending: IN_SYNC_REPLICAS_NOT_ENOUGH when followers are connected but too
-        few of them are in sync to ever acknowledge (nothing is stored then)."""
-        if not (self.is_master and self.mode == "SYNC"):
-            return None
-        links = self.tracker.links
-        if links and len(self.tracker.in_sync(self.store.commitlog.max_offset)) < self.needed_followers():
-            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+    def refuse_put(self) -> tuple[PutStatus, str] | None:
+        """Before appending (nothing is stored when refused): a master that may not acknowledge;
+        IN_SYNC_REPLICAS_NOT_ENOUGH when followers are connected but too few are in sync."""
+        if not self.is_master:
+            return None  # the store itself refuses (a follower)
+        why = self.gate.refusal()
+        if why:
+            return PutStatus.SERVICE_NOT_AVAILABLE, why
+        if self.mode == "SYNC" and self.tracker.links and len(self.tracker.waited_for()) < self.needed_followers():
+            return (
+                PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                f"{len(self.tracker.in_sync) + 1} members of {self.group} are in sync, "
+                f"fewer than inSyncReplicas={self.store.config.inSyncReplicas}",
+            )
         return None
 
     @property
@@ -158,7 +336,53 @@ class Replica:
         ok = await self.tracker.wait(end, self.needed_followers(), self.store.config.slaveTimeout / 1000)
         return PutStatus.PUT_OK if ok else PutStatus.FLUSH_SLAVE_TIMEOUT
 
+    def _dispatch_limit(self) -> int | None:
+        """A SYNC master's consumers see only what every in-sync member holds (RocketMQ 5's
+        reput bound, Kafka's high watermark): nothing a failover could take back. Read by the
+        dispatcher's thread: a value computed on the loop, never the sets themselves."""
+        return self._limit
+
+    def _progressed(self) -> None:
+        self.confirmed = self.tracker.confirm_offset(self.store.commitlog.max_offset)
+        bounded = self.is_master and self.mode == "SYNC" and bool(self.tracker.waited_for())
+        limit = self.confirmed if bounded else None
+        if limit != self._limit:
+            self._limit = limit
+            self.signal.notify()  # followers' streams pass the new confirm offset on
+
+    def confirm_offset(self) -> int:
+        """What followers may dispatch up to (0: no bound)."""
+        return self._limit if self._limit is not None else 0
+
+    def _state_changed(self) -> None:
+        self.state_version += 1
+        self.signal.notify()
+
+    def forget_member(self, name: str) -> None:
+        try:
+            forgotten = self.members.forget(name)
+        except ValueError as e:
+            raise RoleError(str(e)) from None
+        if not forgotten:
+            raise RoleError(f"{name} is not a known member of {self.group} (members: {', '.join(sorted(self.members.snapshot()))})")
+        log.warning("%s forgot %s: no longer a member of %s", self.node, name, self.group)
+        self._state_changed()
+
+    def note_member(self, name: str, address: str) -> None:
+        if self.members.add(name, address):
+            log.info("%s knows %s at %s as a member of %s", self.node, name, address, self.group)
+            self._state_changed()
+
     # ------------------------------------------------------------------ figures
 
     def lag(self) -> tuple[int, float]:
         return self.follower.lag() if self.follower is not None else (0, 0.0)
+
+
+def _loop_running() -> bool:
+    """On the server's loop (a store driven directly, as tools and tests do, has none)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -208,6 +208,29 @@ class CommitLog:
                 phy += n
             return phy
 
+    def use_write_buffers(self, on: bool) -> None:
+        """Write buffers (transientStorePoolEnable) on or off for the segments to come; turning
+        them off commits the current one's buffer into its file and gives the buffer back, so
+        the write position and the readable end are one again (a follower appends at the
+        master's offsets, which must be this log's write position)."""
+        with self.lock:
+            self.segments.pool = self.pool if on else None
+            last = self.segments.last()
+            if not on and last is not None and last.uses_buffer:
+                last.commit(0)
+                last.drop_buffer()
+
+    def partial_record_at(self, phy: int) -> bool:
+        """A record starts at ``phy`` but the log ends before it does (a copy cut mid-record)."""
+        seg = self.segments.find(phy)
+        if seg is None or not seg.hold():
+            return False
+        try:
+            pos = phy - seg.start
+            return pos < seg.read_position and not codec.check(seg.mm, pos, seg.read_position, False)[1]
+        finally:
+            seg.release()
+
     def _writable(self) -> Segment:
         try:
             return self.segments.last_writable(0)

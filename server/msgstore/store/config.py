@@ -124,6 +124,17 @@ KEYS: dict[str, KeySpec] = {
     ),
     "slaveTimeout": _k(3_000, True, "ms a SYNC put waits for its followers before FLUSH_SLAVE_TIMEOUT", 1),
     "slaveReadEnable": _k(False, True, "a follower serves pulls (reads go on while the master is down)"),
+    "haMaxTimeSlaveNotCatchup": _k(
+        15_000, True, "ms a follower may go without having all the master had before it leaves the in-sync set", 100
+    ),
+    "haKeepaliveTimeout": _k(
+        3_000,
+        True,
+        "ms without a chunk (follower) or a report (master) before a replication stream is dropped; a master of a group of "
+        "three or more that hears from no majority for this long stops acknowledging (check-quorum)",
+        200,
+        600_000,
+    ),
 }
 
 HOT_KEYS = frozenset(k for k, s in KEYS.items() if s.hot)

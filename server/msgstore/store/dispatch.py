@@ -93,6 +93,10 @@ class Dispatcher(ServiceThread):
         self._idle = threading.Condition()
         self.failures = 0
         self._running = threading.Lock()  # held while dispatching: truncation waits for it (paused())
+        # replication (ha/): a SYNC master dispatches only what its in-sync followers hold, a
+        # follower only what its master confirmed; None = no bound beyond the log's own
+        self.limit: Callable[[], int | None] | None = None
+        self._waiting_at = -1  # where dispatch last waited for an unreadable record
 
     # ------------------------------------------------------------------ hints
 
@@ -119,9 +123,9 @@ class Dispatcher(ServiceThread):
 
     def bound(self) -> int:
         cl = self.commitlog
-        if self.settings().flushDiskType == "SYNC_FLUSH":
-            return min(cl.flushed_offset, cl.max_offset)
-        return cl.max_offset
+        end = min(cl.flushed_offset, cl.max_offset) if self.settings().flushDiskType == "SYNC_FLUSH" else cl.max_offset
+        limit = self.limit() if self.limit is not None else None
+        return end if limit is None else min(end, limit)
 
     @property
     def behind_bytes(self) -> int:
@@ -186,7 +190,8 @@ class Dispatcher(ServiceThread):
             elif got.segment_full:
                 log.error("unreadable record at %d; skipping the rest of its segment", got.end)
                 next_offset = got.segment_end
-            else:
+            elif got.end != self._waiting_at:  # said once per place (a follower's copy may end mid-record for a while)
+                self._waiting_at = got.end
                 log.error("unreadable record at %d; dispatch waits", got.end)
         if len(got.columns):
             self.apply_columns(got.columns)

@@ -75,7 +75,8 @@ class MessageStore:
         self.syncer = syncer
         self.store_host = store_host
         self.state = "created"
-        self.follower = False  # a follower (slave) copies its master and refuses producers (ha/)
+        self._follower = False  # a follower (slave) copies its master and refuses producers (ha/)
+        self._applied_offsets = ""  # the master's consumer offsets as last applied (a follower)
         self.recovery_report = RecoveryReport()
         self.generation = 0
         self.pending_restart: dict[str, Any] = {}
@@ -424,6 +425,19 @@ class MessageStore:
 
     # ================================================================== replication (ha/ drives these)
 
+    @property
+    def follower(self) -> bool:
+        return self._follower
+
+    @follower.setter
+    def follower(self, value: bool) -> None:
+        """A follower writes its master's bytes straight into the files: a replicated chunk goes
+        at the log's write position, which a write buffer's committed end lags behind
+        (transientStorePoolEnable is a master's; RocketMQ's slaves do not use it either)."""
+        self._follower = value
+        if self.commitlog is not None:
+            self.commitlog.use_write_buffers(not value)
+
     def append_replicated(self, phy: int, data: bytes) -> int:
         """A follower writes its master's commit-log bytes at the master's offsets; its own
         dispatch then builds its consume queues and index. Returns the new end."""
@@ -446,10 +460,16 @@ class MessageStore:
         return out
 
     def apply_metadata(self, snapshot: Mapping[str, str]) -> None:
-        """A follower takes its master's metadata files as they are (and persists them)."""
+        """A follower takes its master's metadata files (and persists what changed). Consumer
+        offsets are clamped to what this copy holds: after a failover a group must not be past
+        messages the new master then gives new offsets to (they would never be consumed)."""
         for name, f in self._followed_metadata():
             raw = snapshot.get(name)
             if not raw:
+                continue
+            if name == "offsets":
+                self._applied_offsets = raw
+                self._apply_offsets(raw)
                 continue
             with f.lock:
                 if json.dumps(f.encode(), sort_keys=True) == raw:
@@ -458,17 +478,55 @@ class MessageStore:
                 f.changed()
             f.persist()
 
+    def _apply_offsets(self, raw: str) -> None:
+        offsets = ConsumerOffsets(self.layout.config_dir)
+        offsets.decode(json.loads(raw))
+        for key, queues in offsets.table.items():
+            topic = key.partition("@")[0]
+            for qid, off in queues.items():
+                cq = self.queues.get(topic, qid)
+                queues[qid] = min(off, cq.max_offset if cq is not None else 0)
+        with self.offsets.lock:
+            if offsets.table == self.offsets.table:
+                return
+            self.offsets.table = offsets.table
+            self.offsets.changed()
+        self.offsets.persist()
+
     def take_writes(self, opening: Callable[[int], None], timeout: float = 30.0) -> None:
         """A follower becomes master: dispatch everything it copied, then continue every queue
         from its consume queue's end (a follower never assigned queue offsets itself; RocketMQ
         recovers its topicQueueTable the same way when a slave takes over). ``opening`` gets the
-        log's end before the first put can land (the new term's epoch starts there)."""
-        if not self.wait_dispatched(timeout):
-            raise StoreStateError(f"dispatch did not catch up with the copied log within {timeout:.0f} s")
+        log's end before the first put can land (the new term's epoch starts there).
+
+        The copy may end inside a record (its master died mid-chunk, or a record longer than a
+        chunk was still arriving): that partial record is cut first, as RocketMQ's
+        truncateInvalidMsg does, so dispatch reaches the end and the first put lands right after
+        the last whole record. Appends still running were awaited by the follower's stop."""
+        self.dispatcher.limit = None  # a master of its own now: everything it holds is the group's
+        deadline = time.monotonic() + timeout
+        while True:
+            end = self.commitlog.max_offset
+            if self.config.flushDiskType == "SYNC_FLUSH":
+                req = self.request_flush(end)
+                if req is not None:
+                    req.event.wait(max(0.0, deadline - time.monotonic()))
+            if self.dispatcher.wait_dispatched(end, 0.2):
+                break
+            at = self.dispatcher.reput_from
+            if at < end and self.commitlog.partial_record_at(at):
+                log.warning("cutting a partial record at %d (%d bytes to the log's end): its master never sent the rest", at, end - at)
+                self.truncate_to(at)
+                continue
+            if time.monotonic() > deadline:
+                raise StoreStateError(f"dispatch did not catch up with the copied log within {timeout:.0f} s (at {at} of {end})")
         with self.commitlog.lock:
             self.queues.rebuild_offsets()
+            if self._applied_offsets:
+                self._apply_offsets(self._applied_offsets)  # every queue's end is final now
             opening(self.commitlog.max_offset)
-            self.follower = False
+            self._follower = False
+        self.commitlog.use_write_buffers(True)
 
     def start_over(self) -> None:
         """Forget the whole copy (commit log, consume queues, index): a follower whose log ends

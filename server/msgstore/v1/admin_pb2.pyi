@@ -7,6 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class FenceRequest(_message.Message):
+    __slots__ = ("epoch", "reason")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    reason: str
+    def __init__(self, epoch: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class GetRoleRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -20,27 +28,33 @@ class PromoteRequest(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., mode: _Optional[str] = ...) -> None: ...
 
 class SetRoleRequest(_message.Message):
-    __slots__ = ("master_address",)
+    __slots__ = ("master_address", "epoch", "forget_member")
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FORGET_MEMBER_FIELD_NUMBER: _ClassVar[int]
     master_address: str
-    def __init__(self, master_address: _Optional[str] = ...) -> None: ...
+    epoch: int
+    forget_member: str
+    def __init__(self, master_address: _Optional[str] = ..., epoch: _Optional[int] = ..., forget_member: _Optional[str] = ...) -> None: ...
 
 class FollowerStatus(_message.Message):
-    __slots__ = ("member", "acked_offset", "lag_bytes", "in_sync", "last_report_age_s")
+    __slots__ = ("member", "acked_offset", "lag_bytes", "in_sync", "last_report_age_s", "address")
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     LAST_REPORT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     member: str
     acked_offset: int
     lag_bytes: int
     in_sync: bool
     last_report_age_s: float
-    def __init__(self, member: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., last_report_age_s: _Optional[float] = ...) -> None: ...
+    address: str
+    def __init__(self, member: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., last_report_age_s: _Optional[float] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RoleStatus(_message.Message):
-    __slots__ = ("node", "group", "role", "mode", "epoch", "end_offset", "master_address", "master_end", "lag_bytes", "lag_seconds", "connected", "followers", "epochs")
+    __slots__ = ("node", "group", "role", "mode", "epoch", "end_offset", "master_address", "master_end", "lag_bytes", "lag_seconds", "connected", "followers", "epochs", "fenced", "group_epoch", "sync_state_set", "in_sync", "master_contact_age_s", "members", "confirm_offset", "address", "group_mode")
     NODE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +68,15 @@ class RoleStatus(_message.Message):
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    MASTER_CONTACT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MODE_FIELD_NUMBER: _ClassVar[int]
     node: str
     group: str
     role: str
@@ -67,7 +90,16 @@ class RoleStatus(_message.Message):
     connected: bool
     followers: _containers.RepeatedCompositeFieldContainer[FollowerStatus]
     epochs: _containers.RepeatedCompositeFieldContainer[_ha_pb2.EpochEntry]
-    def __init__(self, node: _Optional[str] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., mode: _Optional[str] = ..., epoch: _Optional[int] = ..., end_offset: _Optional[int] = ..., master_address: _Optional[str] = ..., master_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[_ha_pb2.EpochEntry, _Mapping]]] = ...) -> None: ...
+    fenced: str
+    group_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[str]
+    in_sync: bool
+    master_contact_age_s: float
+    members: _containers.RepeatedCompositeFieldContainer[_ha_pb2.ReplicaMember]
+    confirm_offset: int
+    address: str
+    group_mode: str
+    def __init__(self, node: _Optional[str] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., mode: _Optional[str] = ..., epoch: _Optional[int] = ..., end_offset: _Optional[int] = ..., master_address: _Optional[str] = ..., master_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[_ha_pb2.EpochEntry, _Mapping]]] = ..., fenced: _Optional[str] = ..., group_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., in_sync: _Optional[bool] = ..., master_contact_age_s: _Optional[float] = ..., members: _Optional[_Iterable[_Union[_ha_pb2.ReplicaMember, _Mapping]]] = ..., confirm_offset: _Optional[int] = ..., address: _Optional[str] = ..., group_mode: _Optional[str] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

@@ -79,6 +79,11 @@ class AdminStub:
                 request_serializer=msgstore_dot_v1_dot_admin__pb2.SetRoleRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
                 _registered_method=True)
+        self.Fence = channel.unary_unary(
+                '/msgstore.v1.Admin/Fence',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.FenceRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -148,6 +153,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fence(self, request, context):
+        """Fencing: a newer epoch of this member's group exists (or is about to). A master stops
+        acknowledging writes at once and for good (in either mode: refused, and stored puts still
+        waiting are answered SERVICE_NOT_AVAILABLE), and answers with its final end offset, mode
+        and in-sync set, so a controller can promote a member holding everything. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +209,11 @@ def add_AdminServicer_to_server(servicer, server):
             'SetRole': grpc.unary_unary_rpc_method_handler(
                     servicer.SetRole,
                     request_deserializer=msgstore_dot_v1_dot_admin__pb2.SetRoleRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.SerializeToString,
+            ),
+            'Fence': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fence,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.FenceRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.SerializeToString,
             ),
     }
@@ -439,6 +459,33 @@ class Admin:
             target,
             '/msgstore.v1.Admin/SetRole',
             msgstore_dot_v1_dot_admin__pb2.SetRoleRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/Fence',
+            msgstore_dot_v1_dot_admin__pb2.FenceRequest.SerializeToString,
             msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
             options,
             channel_credentials,

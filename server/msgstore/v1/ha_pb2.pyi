@@ -15,34 +15,60 @@ class EpochEntry(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class FollowerReport(_message.Message):
-    __slots__ = ("handshake", "member", "group", "end_offset", "epochs")
+    __slots__ = ("handshake", "member", "group", "end_offset", "epochs", "address", "echo_sent_us", "echo_master_end")
     HANDSHAKE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ECHO_SENT_US_FIELD_NUMBER: _ClassVar[int]
+    ECHO_MASTER_END_FIELD_NUMBER: _ClassVar[int]
     handshake: bool
     member: str
     group: str
     end_offset: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
-    def __init__(self, handshake: _Optional[bool] = ..., member: _Optional[str] = ..., group: _Optional[str] = ..., end_offset: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ...) -> None: ...
+    address: str
+    echo_sent_us: int
+    echo_master_end: int
+    def __init__(self, handshake: _Optional[bool] = ..., member: _Optional[str] = ..., group: _Optional[str] = ..., end_offset: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., address: _Optional[str] = ..., echo_sent_us: _Optional[int] = ..., echo_master_end: _Optional[int] = ...) -> None: ...
+
+class ReplicaMember(_message.Message):
+    __slots__ = ("name", "address")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class MasterChunk(_message.Message):
-    __slots__ = ("offset", "data", "master_end", "epochs", "truncate_to", "start_offset")
+    __slots__ = ("offset", "data", "master_end", "epochs", "truncate_to", "start_offset", "sent_us", "confirm_offset", "state", "mode", "sync_state_set", "members")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_END_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SENT_US_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     master_end: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
     truncate_to: int
     start_offset: int
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., truncate_to: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+    sent_us: int
+    confirm_offset: int
+    state: bool
+    mode: str
+    sync_state_set: _containers.RepeatedScalarFieldContainer[str]
+    members: _containers.RepeatedCompositeFieldContainer[ReplicaMember]
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., truncate_to: _Optional[int] = ..., start_offset: _Optional[int] = ..., sent_us: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., state: _Optional[bool] = ..., mode: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., members: _Optional[_Iterable[_Union[ReplicaMember, _Mapping]]] = ...) -> None: ...
 
 class GetMetadataRequest(_message.Message):
     __slots__ = ()

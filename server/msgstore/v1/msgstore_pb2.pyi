@@ -385,7 +385,7 @@ class GetRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., local_only: _Optional[bool] = ...) -> None: ...
 
 class NodeRoute(_message.Message):
-    __slots__ = ("name", "address", "ready", "queue_ids", "group", "role", "epoch", "lag_bytes", "read_enabled")
+    __slots__ = ("name", "address", "ready", "queue_ids", "group", "role", "epoch", "lag_bytes", "read_enabled", "fenced", "master_address")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
@@ -395,6 +395,8 @@ class NodeRoute(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     READ_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     ready: bool
@@ -404,7 +406,9 @@ class NodeRoute(_message.Message):
     epoch: int
     lag_bytes: int
     read_enabled: bool
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., read_enabled: _Optional[bool] = ...) -> None: ...
+    fenced: bool
+    master_address: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., read_enabled: _Optional[bool] = ..., fenced: _Optional[bool] = ..., master_address: _Optional[str] = ...) -> None: ...
 
 class GetRouteResponse(_message.Message):
     __slots__ = ("nodes",)
