@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -23,7 +24,7 @@ from .client import (
     pull_result,
 )
 from .connection import Security, aio_channel, split_endpoints
-from .routing import KeyQueueDown, QueueRef, Route, nodes_of
+from .routing import REROUTE, KeyQueueDown, QueueRef, Route, known_addresses, nodes_of, on_master, replicated
 from .stream import AsyncSendStream
 
 
@@ -38,10 +39,14 @@ class AsyncClient:
         tls_key: str | None = None,
         server_name: str | None = None,
         timeout: float = 10.0,
+        failover_timeout: float = 15.0,
     ):
+        """``failover_timeout``: how long a send to a replicated group whose master fails waits
+        for the group's new master, as :class:`Client`'s."""
         self.endpoints = split_endpoints(endpoints)
         self.security = Security(token, None, tls_ca, tls_cert, tls_key, server_name)
         self.timeout = timeout
+        self.failover_timeout = failover_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._routes: dict[str, Route] = {}
         self._streams: dict[str, AsyncSendStream] = {}
@@ -83,7 +88,7 @@ class AsyncClient:
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
-        for address in self.endpoints + [n.address for r in self._routes.values() for n in r.nodes]:
+        for address in known_addresses(self.endpoints, list(self._routes.values())):
             try:
                 resp = await self._call(address, "GetRoute", pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0))
             except StoreError as e:
@@ -121,29 +126,69 @@ class AsyncClient:
         visible: bool = False,
         reorder: bool = False,
     ) -> list[SendResult]:
-        """As :meth:`Client.send_batch`: a key's messages go to its queue only, unless ``reorder``."""
+        """As :meth:`Client.send_batch`: a key's messages go to its queue only, unless
+        ``reorder``; a replicated group's new master is waited for up to ``failover_timeout``,
+        and an answer saying "not master" or "replicas missing" sends again to the master the
+        route names now."""
         check_topic(topic)
+        deadline = time.monotonic() + self.failover_timeout
         route = await self.route(topic)
         tried: set[str] = set()
-        try:
-            target = queue or route.pick(key, reorder=reorder)
-        except LookupError as e:
-            raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+        if queue is not None:
+            target = queue
+        else:
+            route, target = await self._first_target(topic, route, key, reorder, deadline)
         while True:
             try:
-                results = await self._send_to(target, topic, messages, visible)
-                return [_send_result(r, target.node) for r in results]
+                results = [_send_result(r, target.node, target.address) for r in await self._send_to(target, topic, messages, visible)]
             except StoreError as e:
-                if e.code not in RETRYABLE or queue is not None:
+                if e.code not in RETRYABLE:
                     raise
                 route.mark_down(target.address)
                 tried.add(target.address)
+                moved = await self._await_new_master(topic, target, deadline)
+                if moved is not None:  # the same queue, on its group's new master: order and key kept
+                    target = moved
+                    route = await self.route(topic)
+                    continue
+                if queue is not None:
+                    raise
                 if key is not None and not reorder:
                     raise StoreError(e.code, f"{KeyQueueDown(key, target)} ({e.details})", target.node) from None
                 route = await self.route(topic, refresh=True)
                 if not [q for q in route.usable() if q.address not in tried]:
                     raise
                 target = route.pick(key, exclude=tried, reorder=reorder)
+                continue
+            if any(r.status in REROUTE for r in results) and time.monotonic() < deadline:
+                moved = on_master(await self.route(topic, refresh=True), target)
+                if moved is not None and moved.address != target.address:
+                    target = moved
+                    continue
+            return results
+
+    async def _first_target(self, topic: str, route: Route, key: str | None, reorder: bool, deadline: float) -> tuple[Route, QueueRef]:
+        while True:
+            try:
+                return route, route.pick(key, reorder=reorder)
+            except LookupError as e:
+                if time.monotonic() >= deadline or not any(len(n.members) > 1 for n in route.nodes):
+                    raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+            await asyncio.sleep(0.1)
+            route = await self.route(topic, refresh=True)
+
+    async def _await_new_master(self, topic: str, target: QueueRef, deadline: float) -> QueueRef | None:
+        if not replicated(await self.route(topic), target):
+            return None
+        while True:
+            found = on_master(await self.route(topic, refresh=True), target)
+            if found is not None:
+                if found.address == target.address:
+                    await asyncio.sleep(0.05)
+                return found
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.1)
 
     async def _send_to(self, target: QueueRef, topic: str, messages: Sequence[OutMessage], visible: bool):
         """Over the node's SendStream (unary Send to a server without it), as Client._send_to."""

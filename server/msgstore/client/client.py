@@ -19,7 +19,7 @@ from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
 from .errors import StoreError
 from .errors import error_from as _error
-from .routing import KeyQueueDown, Member, Node, QueueRef, Route, nodes_of
+from .routing import REROUTE, KeyQueueDown, Member, Node, QueueRef, Route, known_addresses, nodes_of, on_master, replicated
 from .stream import SendStream
 
 ROUTE_TTL_S = 10.0
@@ -61,6 +61,7 @@ class SendResult:
     queue_offset: int
     commitlog_offset: int
     error: str = ""
+    address: str = ""  # the member that answered (a replica group's master at the time)
 
     @property
     def ok(self) -> bool:
@@ -136,8 +137,8 @@ def check_topic(topic: str) -> None:
 _STATUS_NAMES = {v.number: v.name for v in pb.SendStatus.DESCRIPTOR.values}
 
 
-def _send_result(r: pb.SendResult, node: str) -> SendResult:
-    return SendResult(_STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error)
+def _send_result(r: pb.SendResult, node: str, address: str = "") -> SendResult:
+    return SendResult(_STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error, address)
 
 
 decode_records = codec.decode_records  # a raw pull's messages
@@ -268,8 +269,7 @@ class Client:
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
-        known = [n.address for r in self._routes.values() for n in r.nodes]
-        for address in dict.fromkeys(self.endpoints + known):
+        for address in known_addresses(self.endpoints, list(self._routes.values())):
             try:
                 resp = self.stub(address).GetRoute(
                     pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0), metadata=self.security.data_metadata() or None
@@ -300,19 +300,33 @@ class Client:
             found = self.route(topic, refresh=True).read_address(queue)
         return found or queue.address
 
-    def _await_new_master(self, topic: str, target: QueueRef, tried: set[str]) -> QueueRef | None:
-        """A replicated group whose master failed: wait (up to ``failover_timeout``) for the
-        route to show its new master, and send there; None for a group without followers."""
-        node = self.route(topic).node(target.node)
-        if node is None or len(node.members) < 2:
+    def _await_new_master(self, topic: str, target: QueueRef, deadline: float) -> QueueRef | None:
+        """A replicated group whose master failed or refused (fenced, deposed): wait, until
+        ``deadline`` (``failover_timeout`` after the send began), for the route to show a
+        master that takes writes, and send there; None for a group without followers."""
+        if not replicated(self.route(topic), target):  # the route lists a group's members (every member names them)
             return None
-        deadline = time.monotonic() + self.failover_timeout
-        while time.monotonic() < deadline:
-            node = self.route(topic, refresh=True).node(target.node)
-            if node is not None and node.ready and node.address not in tried:
-                return QueueRef(target.node, node.address, target.queue_id)
+        while True:
+            found = on_master(self.route(topic, refresh=True), target)
+            if found is not None:
+                if found.address == target.address:
+                    time.sleep(0.05)  # the same member again (it had lost its quorum or lease a moment)
+                return found
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(0.1)
-        return None
+
+    def _first_target(self, topic: str, route: Route, key: str | None, reorder: bool, deadline: float) -> tuple[Route, QueueRef]:
+        """Where a send goes first. No node to take it (a key's group, or the only group, is
+        between masters): a replicated store waits for one until ``deadline``."""
+        while True:
+            try:
+                return route, route.pick(key, reorder=reorder)
+            except LookupError as e:
+                if time.monotonic() >= deadline or not any(len(n.members) > 1 for n in route.nodes):
+                    raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+            time.sleep(0.1)
+            route = self.route(topic, refresh=True)
 
     # ------------------------------------------------------------------ sending
 
@@ -359,22 +373,24 @@ class Client:
         after a timeout may store a batch twice (at-least-once).
         """
         check_topic(topic)
+        deadline = time.monotonic() + self.failover_timeout
         route = self.route(topic)
         tried: set[str] = set()
-        try:
-            target = queue or prefer or route.pick(key, reorder=reorder)
-        except LookupError as e:
-            raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
+        if queue or prefer:
+            target = queue or prefer
+        else:
+            route, target = self._first_target(topic, route, key, reorder, deadline)
         while True:
             try:
-                results = self._send_to(target, topic, messages, wait_flush, visible)
-                return [_send_result(r, target.node) for r in results]
+                results = [
+                    _send_result(r, target.node, target.address) for r in self._send_to(target, topic, messages, wait_flush, visible)
+                ]
             except StoreError as e:
                 if e.code not in RETRYABLE:
                     raise
                 route.mark_down(target.address)
                 tried.add(target.address)
-                moved = self._await_new_master(topic, target, tried)
+                moved = self._await_new_master(topic, target, deadline)
                 if moved is not None:  # the same queue, on its group's new master: order and key kept
                     target = moved
                     route = self.route(topic)
@@ -388,6 +404,16 @@ class Client:
                 if not candidates:
                     raise
                 target = route.pick(key, exclude=tried, reorder=reorder)
+                continue
+            if any(r.status in REROUTE for r in results) and time.monotonic() < deadline:
+                # "not master" / "replicas missing": a member that does not yet know it was
+                # replaced; the group's new master takes the send (what the old one stored is
+                # cut when it rejoins)
+                moved = on_master(self.route(topic, refresh=True), target)
+                if moved is not None and moved.address != target.address:
+                    target = moved
+                    continue
+            return results
 
     def _send_to(
         self, target: QueueRef, topic: str, messages: Sequence[OutMessage], wait_flush: bool | None, visible: bool

@@ -16,6 +16,10 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # a client's connections are its own: gRPC otherwise shares one connection per address
+    # across channels, and a new client would inherit another's reconnect backoff to a node
+    # that has just restarted (seen as "connection refused" for up to two seconds)
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 

@@ -44,6 +44,8 @@ class Member:
     read_enabled: bool
     epoch: int = 0
     lag_bytes: int = 0
+    fenced: bool = False  # a master that acknowledges nothing now (deposed, learning, no lease or quorum)
+    master_address: str = ""  # a follower's master
 
 
 @dataclass(frozen=True)
@@ -68,15 +70,18 @@ class Node:
 
 
 def group_nodes(members: list[tuple[Member, str, tuple[int, ...]]]) -> list[Node]:
-    """(member, its group, its queue ids) of every member → one Node per group: ready while a
-    ready master is known (the newest epoch's, should two claim it)."""
+    """(member, its group, its queue ids) of every member → one Node per group, reached at its
+    master: ready while a master takes writes that is ready, not fenced, and of the newest
+    epoch any member of the group shows (a master that has not yet learned it was replaced is
+    never written to, nor is one that was paused and fenced)."""
     groups: dict[str, list[tuple[Member, tuple[int, ...]]]] = {}
     for m, group, qids in members:
         groups.setdefault(group or m.name or m.address, []).append((m, qids))
     out = []
     for name, ms in groups.items():
-        masters = sorted((x for x in ms if x[0].role != "SLAVE"), key=lambda x: (x[0].ready, x[0].epoch), reverse=True)
-        live = [x for x in masters if x[0].ready]
+        newest = max(m.epoch for m, _ in ms)
+        masters = sorted((x for x in ms if x[0].role != "SLAVE"), key=lambda x: (x[0].epoch, x[0].ready), reverse=True)
+        live = [x for x in masters if x[0].ready and not x[0].fenced and x[0].epoch >= newest]
         head = live[0] if live else (masters[0] if masters else ms[0])
         qids = head[1] or next((q for _, q in ms if q), ())
         out.append(Node(name, head[0].address, bool(live), tuple(qids), tuple(m for m, _ in ms)))
@@ -176,14 +181,50 @@ class Route:
         return None
 
 
+def known_addresses(endpoints: list[str], routes) -> list[str]:
+    """Where to ask for a route: the endpoints given, then every member any route named (a
+    client given only a master's address finds the group again after that master died)."""
+    found = [m.address for r in routes for n in r.nodes for m in (n.members or ())]
+    found += [n.address for r in routes for n in r.nodes]
+    return list(dict.fromkeys([*endpoints, *found]))
+
+
 def nodes_of(resp_nodes) -> list[Node]:
     """GetRoute's NodeRoutes (one per member) as the route's nodes (one per replica group)."""
     members = [
         (
-            Member(n.name, n.address, n.role or "MASTER", n.ready, n.read_enabled or n.role != "SLAVE", n.epoch, n.lag_bytes),
+            Member(
+                n.name,
+                n.address,
+                n.role or "MASTER",
+                n.ready,
+                n.read_enabled or n.role != "SLAVE",
+                n.epoch,
+                n.lag_bytes,
+                n.fenced,
+                n.master_address,
+            ),
             n.group,
             tuple(n.queue_ids),
         )
         for n in resp_nodes
     ]
     return group_nodes(members)
+
+
+# Answers that say the group's master may have changed ("not master", "replicas missing"): the
+# route is read again and, when it names another master for the group, the send goes there.
+REROUTE = frozenset({"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "IN_SYNC_REPLICAS_NOT_ENOUGH"})
+
+
+def on_master(route: Route, target: QueueRef) -> QueueRef | None:
+    """The queue at its group's writable master in ``route`` (None while the group has none)."""
+    node = route.node(target.node)
+    if node is None or not node.ready:
+        return None
+    return QueueRef(target.node, node.address, target.queue_id)
+
+
+def replicated(route: Route, target: QueueRef) -> bool:
+    node = route.node(target.node)
+    return node is not None and len(node.members) > 1
