@@ -494,8 +494,10 @@ def _admin_one(admin, node: str, args) -> dict[str, Any]:
             "dry_run": res.dry_run,
         }
     if args.action == "promote":
-        return {"node": node, **_role_row(admin.promote(args.epoch, args.mode or ""))}
+        return _promote(admin, node, args)
     if args.action == "role":
+        if args.forget:
+            return {"node": node, **_role_row(admin.forget_member(args.forget))}
         if args.replica_of:
             return {"node": node, **_role_row(admin.set_role(args.replica_of))}
         return {"node": node, **_role_row(admin.role_pb())}
@@ -504,6 +506,25 @@ def _admin_one(admin, node: str, args) -> dict[str, Any]:
         return {"node": node, "deleted_segments": res.deleted_segments, "min_phy_offset": res.min_phy_offset, "runs_armed": res.runs_armed}
     removed = admin.clean_expired_consume_queues() if args.action == "clean-expired-cq" else admin.clean_unused_topics()
     return {"node": node, "removed": removed}
+
+
+def _promote(admin, node: str, args) -> dict[str, Any]:
+    """The manual failover (msgstore.client.failover): fence, elect from the in-sync set, promote, repoint."""
+    from .client.failover import PromotionRefused, promote
+
+    try:
+        p = promote(admin.client, admin.address, mode=args.mode or "", epoch=args.epoch, force=args.force, unclean=args.unclean, say=_note)
+    except PromotionRefused as e:
+        import grpc
+
+        from .client import StoreError
+
+        raise StoreError(grpc.StatusCode.FAILED_PRECONDITION, str(e), node) from None
+    assert p.status is not None
+    row = {"node": node, **_role_row(p.status), "fenced_old_master": p.old_master if p.fenced else "", "repointed": p.repointed}
+    if p.notes:
+        row["notes"] = p.notes
+    return row
 
 
 def _role_row(r) -> dict[str, Any]:
@@ -843,11 +864,27 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(a)
     a = asub.add_parser("role", help="a member's role in its replica group; --replica-of makes it follow that master")
     a.add_argument("--replica-of", metavar="HOST:PORT", help="follow this master (after cutting back what it never had)")
+    a.add_argument("--forget", metavar="NAME", help="a member that left the group for good: no longer counted in its majority")
     a.add_argument("--node", help="the member (default: the node --server names)")
     _connection_options(a)
-    a = asub.add_parser("promote", help="make the member --server names its group's master (a manual failover)")
-    a.add_argument("--epoch", type=int, default=0, help="the new epoch (default: its last + 1)")
-    a.add_argument("--mode", choices=["SYNC", "ASYNC"], help="replication mode as master (default: unchanged)")
+    a = asub.add_parser(
+        "promote",
+        help="make the member --server names its group's master: fence the old master, check the member is in sync and "
+        "holds everything, promote it, point the others at it (a manual failover or switchover)",
+    )
+    a.add_argument("--epoch", type=int, default=0, help="the new epoch (default: one past the newest any member knows)")
+    a.add_argument("--mode", choices=["SYNC", "ASYNC"], help="replication mode as master (default: the group's)")
+    a.add_argument(
+        "--force",
+        action="store_true",
+        help="promote although the old master cannot be reached to fence it (it may acknowledge writes until it learns of "
+        "the new epoch; in ASYNC mode those are lost)",
+    )
+    a.add_argument(
+        "--unclean",
+        action="store_true",
+        help="promote a member outside the in-sync set, or one that holds less than the old master (it may lack acknowledged messages)",
+    )
     a.add_argument("--node", help="the member (default: the node --server names)")
     _connection_options(a)
     for name, text in (

@@ -14,13 +14,16 @@ from tests.support.servers import ServerProcess, free_port, wait_until
 class Group:
     """Members of one replica group; ``members[0]`` starts as master."""
 
-    def __init__(self, tmp_path, size: int, master_settings: list[str], follower_settings: list[str], name: str = "g0"):
+    def __init__(self, tmp_path, size: int, master_settings: list[str], follower_settings: list[str], name: str = "g0", peers: bool = True):
+        """``peers=False``: members know nothing of each other but what the README's commands
+        give them (``--group``, followers ``--replica-of`` the master)."""
         self.name = name
         self.ports = [free_port() for _ in range(size)]
         self.members: list[ServerProcess] = []
         for i, port in enumerate(self.ports):
-            peers = ",".join(f"127.0.0.1:{p}" for p in self.ports if p != port)
-            args = ["--group", name, "--peers", peers]
+            args = ["--group", name]
+            if peers:
+                args += ["--peers", ",".join(f"127.0.0.1:{p}" for p in self.ports if p != port)]
             if i:
                 args += ["--replica-of", f"127.0.0.1:{self.ports[0]}"]
             settings = master_settings if i == 0 else follower_settings
@@ -90,8 +93,10 @@ def identical_logs(a: ServerProcess, b: ServerProcess) -> bool:
 def groups(tmp_path):
     made: list[Group] = []
 
-    def make(size: int = 2, master: list[str] | None = None, follower: list[str] | None = None, start: bool = True) -> Group:
-        g = Group(tmp_path, size, list(master or []), list(follower or []))
+    def make(
+        size: int = 2, master: list[str] | None = None, follower: list[str] | None = None, start: bool = True, peers: bool = True
+    ) -> Group:
+        g = Group(tmp_path, size, list(master or []), list(follower or []), peers=peers)
         made.append(g)
         return g.start() if start else g
 

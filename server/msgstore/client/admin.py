@@ -68,5 +68,11 @@ class AdminClient:
     def promote(self, epoch: int = 0, mode: str = "") -> apb.RoleStatus:
         return self._call("Promote", apb.PromoteRequest(epoch=epoch, mode=mode))
 
-    def set_role(self, master_address: str) -> apb.RoleStatus:
-        return self._call("SetRole", apb.SetRoleRequest(master_address=master_address))
+    def set_role(self, master_address: str, epoch: int = 0) -> apb.RoleStatus:
+        return self._call("SetRole", apb.SetRoleRequest(master_address=master_address, epoch=epoch))
+
+    def forget_member(self, name: str) -> apb.RoleStatus:
+        return self._call("SetRole", apb.SetRoleRequest(forget_member=name))
+
+    def fence(self, epoch: int, reason: str = "") -> apb.RoleStatus:
+        return self._call("Fence", apb.FenceRequest(epoch=epoch, reason=reason))
