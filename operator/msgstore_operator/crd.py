@@ -101,7 +101,8 @@ def replication_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "Every node becomes a replica group of `replicas` members (a master and its followers, each with its "
-        "own volume); the operator fails over when a master is not Ready for failoverAfterSeconds.",
+        "own volume); the operator fails over, to a member of the master's in-sync set, when a master is not Ready for "
+        "failoverAfterSeconds and can no longer acknowledge (it was fenced, or its group's Lease expired).",
         "x-kubernetes-validations": [
             {"rule": "!has(self.inSyncReplicas) || self.inSyncReplicas <= self.replicas", "message": "inSyncReplicas must be <= replicas"}
         ],
@@ -120,7 +121,19 @@ def replication_schema() -> dict[str, Any]:
                 "description": "SYNC: a put is acknowledged once inSyncReplicas members hold it; ASYNC: after the master's own flush.",
             },
             "inSyncReplicas": {"type": "integer", "minimum": 1, "description": "Members, master included, holding a SYNC put (default 2)."},
-            "failoverAfterSeconds": {"type": "integer", "minimum": 1, "default": 10, "description": "How long a master may be not Ready."},
+            "failoverAfterSeconds": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 10,
+                "description": "How long a master may be not Ready; also its Lease's duration (at least 3 s): a master that "
+                "cannot renew it stops acknowledging after two thirds of it.",
+            },
+            "uncleanElection": {
+                "type": "boolean",
+                "default": False,
+                "description": "Elect a follower outside the in-sync set when none in it is ready (it may lack acknowledged "
+                "messages; RocketMQ's enableElectUncleanMaster). Reported as an UncleanElection Warning.",
+            },
         },
     }
 

@@ -44,6 +44,21 @@ VERBS: frozenset[tuple[str, str, str]] = frozenset(
         ("", "secrets", "get"),
         ("", "events", "create"),
         ("", "events", "list"),
+        # replicated stores: each group's Lease (the arbiter of who is master), and the pods'
+        # ServiceAccount with a Role to renew it (granting get/update needs holding them)
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("coordination.k8s.io", "leases", "patch"),
+        ("", "serviceaccounts", "get"),
+        ("", "serviceaccounts", "create"),
+        ("", "serviceaccounts", "patch"),
+        ("rbac.authorization.k8s.io", "roles", "get"),
+        ("rbac.authorization.k8s.io", "roles", "create"),
+        ("rbac.authorization.k8s.io", "roles", "patch"),
+        ("rbac.authorization.k8s.io", "rolebindings", "get"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create"),
+        ("rbac.authorization.k8s.io", "rolebindings", "patch"),
     }
 )
 # what Kopf itself needs: watching (and its progress annotations, under messagestores patch)
@@ -73,6 +88,10 @@ PLURALS = {
     "Event": ("", "v1", "events"),
     "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
     "MessageStore": ("msgstore.io", "v1alpha1", "messagestores"),
+    "Lease": ("coordination.k8s.io", "v1", "leases"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
 
 
@@ -151,6 +170,13 @@ class Kube:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         g, v, p = PLURALS[obj["kind"]]
         return self._call("create", obj["kind"], "POST", _path(g, v, p, obj["metadata"]["namespace"]), body=obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT the whole object; its ``metadata.resourceVersion`` makes it a compare-and-swap
+        (a 409 ApiError when it changed meanwhile)."""
+        g, v, p = PLURALS[obj["kind"]]
+        meta = obj["metadata"]
+        return self._call("update", obj["kind"], "PUT", _path(g, v, p, meta["namespace"], meta["name"]), body=obj)
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any], sub: str | None = None) -> dict[str, Any]:
         g, v, p = PLURALS[kind]

@@ -165,6 +165,10 @@ def _ask(spec: Spec, view: PodView, token: str | None) -> tuple[dict[str, Any], 
         "lag_seconds": r.lag_seconds,
         "connected": r.connected,
         "followers": {f.member: {"lag_bytes": f.lag_bytes, "in_sync": f.in_sync} for f in r.followers},
+        "fenced": r.fenced,
+        "last_epoch": r.epochs[-1].epoch if r.epochs else 0,
+        "group_epoch": max(r.group_epoch, r.epoch),
+        "sync_state_set": list(r.sync_state_set),
     }
 
 

@@ -7,12 +7,14 @@ restart; and compute the status (conditions, per-pod figures) and the Events wor
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from msgstore.client import StoreError
+from msgstore.ha.lease import ADDRESS, EPOCH, IN_SYNC, micro_time
 from msgstore.store.config import HOT_KEYS, StoreConfig
 from msgstore.wire import config_text
 
@@ -34,7 +36,11 @@ MUTABLE = {
     "Service": ("spec.ports", "spec.selector", "spec.publishNotReadyAddresses"),
     "ConfigMap": ("data",),
     "PodDisruptionBudget": ("spec.maxUnavailable", "spec.selector"),
+    "ServiceAccount": (),
+    "Role": ("rules",),
+    "RoleBinding": ("subjects",),
 }
+FENCE_CATCH_UP_S = 5.0  # a switchover waits this long for the candidate to hold all the fenced master has
 
 
 @dataclass
@@ -221,54 +227,145 @@ class Reconciler:
     def _replication(
         self, spec: Spec, pods: list[PodView], token: str | None, replicas: int, conditions: list, status: dict, out: Outcome
     ) -> dict[str, Any]:
-        """Each group's master: confirmed, promoted after failoverAfterSeconds not Ready, its
-        followers pointed at it; the figures in ``status.replication``. Returns the roles
-        document (the roles ConfigMap every pod reads)."""
+        """Each group's master: confirmed, or (unhealthy for failoverAfterSeconds and unable to
+        acknowledge) replaced by a member of its in-sync set; its followers pointed at it; the
+        figures in ``status.replication``. Returns the roles document (the roles ConfigMap
+        every pod reads)."""
         repl = dict(status.get("replication") or {})
         groups = {g: dict(v) for g, v in (repl.get("groups") or {}).items()}
         by_name = {p.name: p for p in pods}
         blocked = []
         wanted = spec.groups(replicas)
         for group, names in wanted.items():
-            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time())
+            lease = self._lease(spec, group, groups.get(group, {}), names, out)
+            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time(), replication.LeaseView.of(lease))
             if plan.waiting:
                 out.waiting = out.waiting or plan.waiting
             if plan.blocked:
                 blocked.append(plan.blocked)
-            state = plan.state if self._carry_out(spec, plan, by_name, token, out) else {**groups.get(group, {}), **_kept(plan.state)}
-            out.events += plan.events if state is plan.state else []
+            done = self._carry_out(spec, plan, by_name, token, out, lease)
+            state = plan.state if done else {**groups.get(group, {}), **_kept(plan.state)}
+            out.events += plan.events if done else []
             state["members"] = replication.member_figures(names, by_name, state.get("master", ""))
             groups[group] = state
         for gone in [g for g in groups if g not in wanted]:
             del groups[gone]
         status["replication"] = {"mode": spec.replication.mode, "replicas": spec.replication.replicas, "groups": groups}
-        self._report(conditions, out, "FailoverBlocked", "NoReadyFollower", "; ".join(blocked), ok_reason="MastersServing")
+        self._report(conditions, out, "FailoverBlocked", "NoInSyncFollower", "; ".join(blocked), ok_reason="MastersServing")
         return replication.roles_document(spec, groups)
 
-    def _carry_out(self, spec: Spec, plan: replication.GroupPlan, pods: dict[str, PodView], token: str | None, out: Outcome) -> bool:
-        """Promote and repoint as planned; False when a promotion failed (the plan's state is not
-        taken: the next pass tries again)."""
-        ok = True
+    def _lease(self, spec: Spec, group: str, state: dict[str, Any], names: list[str], out: Outcome) -> dict[str, Any] | None:
+        """The group's Lease, created for its master when missing; its duration kept as the spec says."""
+        lease = self.kube.get_or_none("Lease", spec.namespace, group)
+        want = spec.replication.lease_duration_s
+        try:
+            if lease is None:
+                master = state.get("master") if state.get("master") in names else names[0]
+                lease = self.kube.create(render.lease(spec, group, master, int(state.get("epoch", 1)), micro_time()))
+                out.patched.append(f"create Lease/{group}")
+            elif int((lease.get("spec") or {}).get("leaseDurationSeconds") or 0) != want:
+                lease = self.kube.patch("Lease", spec.namespace, group, {"spec": {"leaseDurationSeconds": want}})
+                out.patched.append(f"patch Lease/{group}")
+        except ApiError as e:
+            out.events.append(("Warning", "LeaseFailed", f"{group}: {e.message or e.reason}"))
+        return lease
+
+    def _take_lease(self, spec: Spec, group: str, action: replication.TakeLease, lease: dict[str, Any] | None, fresh: bool) -> bool:
+        """Record an election in the Lease, compare-and-swap on what was read (``fresh``: read it
+        again first: the old master was fenced, whatever it renewed meanwhile no longer counts)."""
+        if lease is None or fresh:
+            lease = self.kube.get_or_none("Lease", spec.namespace, group)
+        if lease is None:
+            return False
+        obj = copy.deepcopy(lease)
+        now = micro_time()
+        obj.setdefault("metadata", {}).setdefault("annotations", {})
+        obj["metadata"]["annotations"].update({EPOCH: str(action.epoch), IN_SYNC: action.holder})
+        obj["metadata"]["annotations"].pop(ADDRESS, None)
+        spec_ = obj.setdefault("spec", {})
+        spec_.update(
+            holderIdentity=action.holder,
+            acquireTime=now,
+            renewTime=now,
+            leaseDurationSeconds=spec.replication.lease_duration_s,
+            leaseTransitions=int(spec_.get("leaseTransitions") or 0) + 1,
+        )
+        try:
+            self.kube.replace(obj)
+        except ApiError as e:
+            if e.status == 409:
+                log.info("%s: the Lease changed since it was read; electing on the next pass", group)
+                return False
+            raise
+        log.info("%s: the Lease names %s at epoch %d", group, action.holder, action.epoch)
+        return True
+
+    def _carry_out(
+        self, spec: Spec, plan: replication.GroupPlan, pods: dict[str, PodView], token: str | None, out: Outcome, lease: dict | None = None
+    ) -> bool:
+        """The plan's actions in order; False when one that the rest depend on failed (a Fence
+        not answered while the Lease has not expired, the Lease changed, a promotion): the plan's
+        state is not taken and the next pass plans again."""
+        fenced_end: int | None = None
         for action in plan.actions:
+            if isinstance(action, replication.TakeLease):
+                try:
+                    if not self._take_lease(spec, plan.group, action, lease, fresh=fenced_end is not None):
+                        out.waiting = out.waiting or f"{plan.group}: the Lease changed meanwhile"
+                        return False
+                except ApiError as e:
+                    out.events.append(("Warning", "LeaseFailed", f"{plan.group}: {e.message or e.reason}"))
+                    out.waiting = out.waiting or f"{plan.group}: writing the Lease failed"
+                    return False
+                continue
             p = pods.get(action.pod)
             if p is None or not p.ip:
-                ok = ok and not isinstance(action, replication.Promote)
-                continue
+                if isinstance(action, replication.Fence) and plan.fence_optional:
+                    continue
+                if isinstance(action, replication.Follow):
+                    continue
+                return False
             try:
                 with admin_client(spec, p, token) as c:
                     admin = admin_of(c, spec, p)
-                    if isinstance(action, replication.Promote):
+                    if isinstance(action, replication.Fence):
+                        fenced_end = admin.fence(action.epoch, f"the operator elects epoch {action.epoch}").end_offset
+                        log.info("fenced %s (its log ends at %d)", p.name, fenced_end)
+                    elif isinstance(action, replication.CatchUp):
+                        held = self._catch_up(admin, fenced_end or 0)
+                        if fenced_end is not None and held < fenced_end:
+                            out.events.append(
+                                (
+                                    "Warning",
+                                    "SwitchoverIncomplete",
+                                    f"{plan.group}: {p.name} holds {fenced_end - held} bytes less than the fenced master after "
+                                    f"{FENCE_CATCH_UP_S:.0f} s; promoting it anyway (acknowledged SYNC messages are all on it)",
+                                )
+                            )
+                    elif isinstance(action, replication.Promote):
                         admin.promote(epoch=action.epoch, mode=action.mode)
                         log.info("promoted %s to master of %s at epoch %d", p.name, plan.group, action.epoch)
                     else:
-                        admin.set_role(action.address)
+                        admin.set_role(action.address, action.epoch)
                         log.info("%s now follows %s", p.name, action.address)
             except StoreError as e:
+                if isinstance(action, replication.Fence) and plan.fence_optional:
+                    continue  # the Lease expired: it cannot acknowledge anyway
                 out.events.append(("Warning", "RoleChangeFailed", f"{plan.group}: {action} failed: {e}"))
                 out.waiting = out.waiting or f"{plan.group}: a role change failed"
-                if isinstance(action, replication.Promote):
+                if not isinstance(action, replication.Follow):
                     return False
-        return ok
+        return True
+
+    @staticmethod
+    def _catch_up(admin, end: int) -> int:
+        deadline = time.monotonic() + FENCE_CATCH_UP_S
+        held = 0
+        while True:
+            held = admin.role_pb().end_offset
+            if held >= end or time.monotonic() > deadline:
+                return held
+            time.sleep(0.05)
 
     def _volumes(self, spec: Spec, replicas: int, conditions: list, out: Outcome) -> None:
         """Grow every pod's volume to ``spec.storage.size`` (a claim can grow, never shrink), as
@@ -385,10 +482,11 @@ class Reconciler:
         group = next(g for g, st in groups.items() if st.get("master") == master)
         names = spec.groups(spec.pods).get(group, [])
         by_name = {p.name: p for p in pods}
-        plan = replication.plan_switchover(spec, group, names, by_name, groups[group])
+        lease = self.kube.get_or_none("Lease", spec.namespace, group)
+        plan = replication.plan_switchover(spec, group, names, by_name, groups[group], replication.LeaseView.of(lease))
         if plan is None:
             return len(names) > 1  # a group of one has nowhere to move to: restart it in place
-        if self._carry_out(spec, plan, by_name, self._token, out):
+        if self._carry_out(spec, plan, by_name, self._token, out, lease):
             plan.state["members"] = groups[group].get("members", [])
             groups[group] = plan.state
             out.events += plan.events
@@ -456,8 +554,9 @@ class Reconciler:
 
 
 def _kept(state: dict[str, Any]) -> dict[str, Any]:
-    """What a pass keeps of a plan whose promotion failed: only how long the master was down."""
-    return {k: v for k, v in state.items() if k == "masterNotReadySince"}
+    """What a pass keeps of a plan whose election did not finish: how long the master was down
+    and when its Lease was last seen renewed (the Lease itself records an election made)."""
+    return {k: v for k, v in state.items() if k in ("masterNotReadySince", "lease")}
 
 
 def _claim_size(sts: dict[str, Any]) -> int:

@@ -48,6 +48,53 @@ def roles_config_map(spec: Spec, roles: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def store_service_account(spec: Spec) -> dict[str, Any]:
+    """A replicated store's pods: each master renews its group's Lease (ha/lease.py)."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, spec.store_account)}
+
+
+def lease_role(spec: Spec, groups: list[str]) -> dict[str, Any]:
+    """Exactly what a store pod does with the API: read and renew its group's Lease."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(spec, spec.store_account),
+        "rules": [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": sorted(groups), "verbs": ["get", "update"]}
+        ],
+    }
+
+
+def lease_role_binding(spec: Spec) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(spec, spec.store_account),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": spec.store_account},
+        "subjects": [{"kind": "ServiceAccount", "name": spec.store_account, "namespace": spec.namespace}],
+    }
+
+
+def lease(spec: Spec, group: str, holder: str, epoch: int, renew_time: str) -> dict[str, Any]:
+    """A group's Lease as the operator first creates it: its master at its epoch."""
+    from msgstore.ha.lease import EPOCH
+
+    meta = _meta(spec, group)
+    meta["annotations"] = {EPOCH: str(epoch)}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta,
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": spec.replication.lease_duration_s,
+            "acquireTime": renew_time,
+            "renewTime": renew_time,
+            "leaseTransitions": 0,
+        },
+    }
+
+
 def headless_service(spec: Spec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -170,10 +217,13 @@ def pod_template(spec: Spec) -> dict[str, Any]:
         },
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
-        "automountServiceAccountToken": False,  # a store never calls the Kubernetes API
+        # an unreplicated store never calls the Kubernetes API; a replicated one renews its group's Lease
+        "automountServiceAccountToken": spec.replication.enabled,
         "containers": [container],
         "volumes": volumes,
     }
+    if spec.replication.enabled:
+        pod_spec["serviceAccountName"] = spec.store_account
     p = spec.placement
     for key in ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "priorityClassName"):
         if p.get(key):
@@ -236,4 +286,5 @@ def all_objects(spec: Spec, replicas: int | None = None, nonce: str = "", roles:
     objects = [config_map(spec)]
     if spec.replication.enabled:
         objects.append(roles_config_map(spec, roles if roles is not None else roles_document(spec, {})))
+        objects += [store_service_account(spec), lease_role(spec, list(spec.groups(replicas))), lease_role_binding(spec)]
     return [*objects, headless_service(spec), client_service(spec), pod_disruption_budget(spec), stateful_set(spec, replicas, nonce)]

@@ -1,19 +1,54 @@
 """Replica groups as the operator runs them: which member of each group is master, at what epoch
-and address; failover when a master stays not Ready; moving mastership away before a roll
+and address; failover when a master stays unhealthy; moving mastership away before a roll
 restarts a master; the roles document every pod reads. Plain decisions over what was observed
-(reconcile.py carries the actions out), as RocketMQ's controller elects a new master from the
-in-sync replicas and bumps the epoch.
+(reconcile.py carries the actions out), as RocketMQ's controller elects from the in-sync
+replicas and bumps the epoch.
+
+The group's Lease (``coordination.k8s.io``, one per group) is the record and the arbiter: it
+names the master and its epoch, which the operator writes *before* it promotes anyone (a
+promotion that timed out is retried at the same epoch, never elected twice), and the master
+renews it and publishes its in-sync set there. A failover happens only once the old master can
+no longer acknowledge: it answered a Fence, or the operator has seen its Lease go unrenewed for
+the lease's whole duration (by the operator's own clock: client-go's rule). Candidates come only
+from the in-sync set, ranked by (last epoch, end offset); ``uncleanElection`` allows others,
+said in an Event.
 """
 
 from __future__ import annotations
 
 import calendar
+import datetime
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgstore.ha.lease import END_OFFSET, EPOCH, IN_SYNC
+
 from .pods import PodView
 from .spec import Spec
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The old master acknowledges nothing from now on (it must answer, or the step stops)."""
+
+    pod: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """Until ``pod`` holds everything the fenced master has (a switchover loses nothing)."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
+class TakeLease:
+    """The election's record: the Lease names ``holder`` at ``epoch`` (compare-and-swap)."""
+
+    holder: str
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -27,16 +62,45 @@ class Promote:
 class Follow:
     pod: str
     address: str
+    epoch: int = 0
+
+
+Action = Fence | CatchUp | TakeLease | Promote | Follow
+
+
+@dataclass
+class LeaseView:
+    holder: str
+    epoch: int
+    in_sync: tuple[str, ...]
+    renew_time: str
+    duration: float
+    end_offset: int = 0  # the holder's log end at its last renewal
+
+    @staticmethod
+    def of(obj: dict[str, Any] | None) -> LeaseView | None:
+        if not obj:
+            return None
+        spec, ann = obj.get("spec") or {}, (obj.get("metadata") or {}).get("annotations") or {}
+        try:
+            epoch = int(ann.get(EPOCH, "0"))
+        except ValueError:
+            epoch = 0
+        members = tuple(m for m in str(ann.get(IN_SYNC, "")).split(",") if m)
+        holder, renewed = str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or "")
+        end = str(ann.get(END_OFFSET, "0"))
+        return LeaseView(holder, epoch, members, renewed, float(spec.get("leaseDurationSeconds") or 15), int(end) if end.isdigit() else 0)
 
 
 @dataclass
 class GroupPlan:
     group: str
     state: dict[str, Any]  # the group's entry in status.replication.groups once the actions succeed
-    actions: list[Promote | Follow] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
-    waiting: str = ""  # a master not Ready, not yet for failoverAfterSeconds
-    blocked: str = ""  # a failover that cannot happen (no ready follower)
+    waiting: str = ""  # a master unhealthy, not yet for failoverAfterSeconds; a lease not yet expired
+    blocked: str = ""  # a failover that cannot happen (no member of the in-sync set ready)
+    fence_optional: bool = False  # the lease expired: a Fence that fails does not stop the failover
 
 
 def iso(t: float) -> str:
@@ -57,11 +121,15 @@ def _usable(p: PodView | None) -> bool:
 
 
 def _lost_data(master: PodView | None, others: list[PodView | None], recorded_end: int) -> bool:
-    """The master's log ends before where it was seen to end (its volume was replaced or
-    emptied) while a follower holds more: that follower must take over."""
-    if not _usable(master) or master is None or master.role is None or master.role["end_offset"] >= recorded_end:
+    """The master's log ends before where it was seen to end, or holds nothing at all (its
+    volume was replaced or emptied), while a follower holds more: that follower must take over."""
+    if not _usable(master) or master is None or master.role is None:
         return False
-    return any(_usable(p) and p is not None and p.role is not None and p.role["end_offset"] > master.role["end_offset"] for p in others)
+    end = int(master.role["end_offset"])
+    empty = end == 0 and not int(master.role.get("last_epoch", 0))
+    if end >= recorded_end and not empty:
+        return False
+    return any(_usable(p) and p is not None and p.role is not None and p.role["end_offset"] > end for p in others)
 
 
 def _ready_followers(names: list[str], pods: dict[str, PodView], master: str) -> list[PodView]:
@@ -69,37 +137,68 @@ def _ready_followers(names: list[str], pods: dict[str, PodView], master: str) ->
     return [p for n in names if n != master and _usable(p := pods.get(n)) and p is not None and p.role["role"] == "SLAVE"]
 
 
-def _holding_most(followers: list[PodView]) -> PodView:
-    """The follower whose log reaches furthest (the lowest ordinal among equals)."""
-    return max(followers, key=lambda p: (p.role["end_offset"] if p.role else 0, -p.ordinal))
+def _rank(p: PodView) -> tuple[int, int, int]:
+    """Who holds the most of the newest history: (last epoch, end offset), the lowest ordinal among equals."""
+    r = p.role or {}
+    return int(r.get("last_epoch", r.get("epoch", 0))), int(r.get("end_offset", 0)), -p.ordinal
 
 
 def address(spec: Spec, p: PodView) -> str:
     return f"{p.ip}:{spec.port}"
 
 
-def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView], state: dict[str, Any], now: float) -> GroupPlan:
-    """What the group needs now: its master promoted or confirmed, followers pointed at it, or
-    (a master not Ready for failoverAfterSeconds) the follower holding the most promoted."""
+def micro_iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_iso(text: str | None) -> float | None:
+    try:
+        return datetime.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def lease_seen(state: dict[str, Any], lease: LeaseView | None, now: float) -> tuple[dict[str, Any], float]:
+    """When the operator last saw the Lease renewed (its own clock, to the microsecond: a
+    rounded-down time would make it expire early), and how long ago."""
+    seen = dict(state.get("lease") or {})
+    if lease is None:
+        return seen, 0.0
+    at = parse_micro_iso(seen.get("seenAt"))
+    if seen.get("renewTime") != lease.renew_time or at is None:
+        seen, at = {"renewTime": lease.renew_time, "seenAt": micro_iso(now)}, now
+    return seen, now - at
+
+
+def plan_group(
+    spec: Spec, group: str, names: list[str], pods: dict[str, PodView], state: dict[str, Any], now: float, lease: LeaseView | None = None
+) -> GroupPlan:
+    """What the group needs now: its master (the Lease's) promoted or confirmed, followers
+    pointed at it, or, the master unhealthy for failoverAfterSeconds and unable to acknowledge,
+    a member of its in-sync set elected."""
     state = {k: v for k, v in state.items() if k != "members"}
     if state.get("master") not in names:
         state = {"master": names[0], "epoch": 1}  # a new group: its first member starts as master
+    if lease is not None and lease.holder in names:  # the Lease is the record (an election this operator made, maybe unfinished)
+        if (lease.holder, lease.epoch) != (state.get("master"), int(state.get("epoch", 0))):
+            state = {k: v for k, v in state.items() if k not in ("address", "endOffset")}
+        state["master"], state["epoch"] = lease.holder, max(1, lease.epoch)
+    state["lease"], unrenewed = lease_seen(state, lease, now)
     plan = GroupPlan(group, state)
     mode = spec.replication.mode
     master = pods.get(state["master"])
+    epoch = int(state["epoch"])
     # a master whose log went backwards lost its volume (replaced, emptied): fail over at once
-    lost = _lost_data(master, [pods.get(n) for n in names if n != state["master"]], int(state.get("endOffset", 0)))
+    recorded = max(int(state.get("endOffset", 0)), lease.end_offset if lease is not None and lease.holder == state["master"] else 0)
+    lost = _lost_data(master, [pods.get(n) for n in names if n != state["master"]], recorded)
     if _usable(master) and not lost:
         assert master is not None and master.role is not None
         state["endOffset"] = max(int(state.get("endOffset", 0)), int(master.role["end_offset"]))
         state.pop("masterNotReadySince", None)
         state["address"] = address(spec, master)
-        if master.role["role"] != "MASTER":  # a promotion that did not take: a new term, never one a follower holds
-            state["epoch"] = max(int(state["epoch"]), int(master.role["epoch"])) + 1
-            plan.actions.append(Promote(master.name, int(state["epoch"]), mode))
-        elif master.role["epoch"] < state["epoch"]:
-            plan.actions.append(Promote(master.name, int(state["epoch"]), mode))
-        _repoint(plan, names, pods, state["master"], state["address"])
+        if master.role["role"] != "MASTER" or int(master.role["epoch"]) < epoch:
+            plan.actions.append(Promote(master.name, epoch, mode))  # the recorded term (a retry is a no-op once done)
+        _repoint(plan, names, pods, state["master"], state["address"], epoch)
         return plan
     since = parse_iso(state.get("masterNotReadySince"))
     if since is None:
@@ -109,24 +208,48 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
     if now - since < after:
         plan.waiting = f"{group}: master {state['master']} not ready for {now - since:.0f} s (failover after {after} s)"
         return plan
-    candidates = _ready_followers(names, pods, state["master"])
-    if not candidates:
-        plan.blocked = f"{group}: master {state['master']} not ready for {now - since:.0f} s and no follower is ready to take over"
+    expired = lease is None or unrenewed >= lease.duration
+    reachable = master is not None and master.role is not None and bool(master.ip) and not master.deleting
+    if not expired and not reachable:
+        plan.waiting = (
+            f"{group}: master {state['master']} not ready and not answering; its Lease was renewed {unrenewed:.0f} s ago: "
+            f"electing once it has gone unrenewed for {lease.duration if lease else 0:.0f} s (it stops acknowledging before then)"
+        )
         return plan
-    best = _holding_most(candidates)
+    candidates = _candidates(spec, names, pods, state["master"], lease)
+    unclean = False
+    if not candidates and spec.replication.unclean_election:
+        candidates, unclean = _ready_followers(names, pods, state["master"]), True
+    if not candidates:
+        in_sync = ", ".join(m for m in (lease.in_sync if lease else ()) if m != state["master"]) or "none"
+        plan.blocked = (
+            f"{group}: master {state['master']} not ready for {now - since:.0f} s and no member of its in-sync set "
+            f"({in_sync}) is ready to take over (spec.replication.uncleanElection allows another)"
+        )
+        return plan
+    best = max(candidates, key=_rank)
     assert best.role is not None
-    epochs = [int(state["epoch"]), *(int(p.role["epoch"]) for p in candidates if p.role)]
-    if master is not None and master.role is not None:
-        epochs.append(int(master.role["epoch"]))
-    epoch = max(epochs) + 1
-    plan.actions.append(Promote(best.name, epoch, mode))
+    known = [epoch, *(int((p.role or {}).get("group_epoch", (p.role or {}).get("epoch", 0))) for p in pods.values() if p.name in names)]
+    new = max(known) + 1
     old = state["master"]
+    if reachable:
+        plan.actions.append(Fence(old, new))
+        plan.fence_optional = expired
+    plan.actions += [TakeLease(best.name, new), Promote(best.name, new, mode)]
     plan.state = {
         "master": best.name,
-        "epoch": epoch,
+        "epoch": new,
         "address": address(spec, best),
         "endOffset": int(best.role["end_offset"]),
-        "lastFailover": {"time": iso(now), "from": old, "to": best.name, "epoch": epoch, "endOffset": int(best.role["end_offset"])},
+        "lease": {},
+        "lastFailover": {
+            "time": iso(now),
+            "from": old,
+            "to": best.name,
+            "epoch": new,
+            "endOffset": int(best.role["end_offset"]),
+            **({"unclean": True} if unclean else {}),
+        },
     }
     why = (
         f"lost its data (its log ends at {master.role['end_offset'] if master and master.role else 0})"
@@ -137,51 +260,75 @@ def plan_group(spec: Spec, group: str, names: list[str], pods: dict[str, PodView
         (
             "Warning",
             "Failover",
-            f"{group}: master {old} {why}; promoted {best.name} "
-            f"(end offset {best.role['end_offset']}, the most of the ready followers) at epoch {epoch}",
+            f"{group}: master {old} {why}; promoted {best.name} (end offset {best.role['end_offset']}, "
+            f"{'NOT in the in-sync set: uncleanElection' if unclean else 'the most of the in-sync set'}) at epoch {new}",
         )
     )
-    _repoint(plan, names, pods, best.name, plan.state["address"])
+    if unclean:
+        plan.events.append(
+            ("Warning", "UncleanElection", f"{group}: {best.name} was elected outside the in-sync set and may lack messages")
+        )
+    _repoint(plan, names, pods, best.name, plan.state["address"], new, force=frozenset({old}) if reachable else frozenset())
     return plan
 
 
-def plan_switchover(spec: Spec, group: str, names: list[str], pods: dict[str, PodView], state: dict[str, Any]) -> GroupPlan | None:
-    """Before a roll restarts a group's master: promote its most caught-up connected follower,
-    and make the old master follow it. None when no follower is ready (the roll waits)."""
-    candidates = [p for p in _ready_followers(names, pods, state.get("master", "")) if p.role and p.role["connected"]]
+def _candidates(spec: Spec, names: list[str], pods: dict[str, PodView], master: str, lease: LeaseView | None) -> list[PodView]:
+    """Ready followers in the in-sync set the Lease holds (none without a Lease: nobody knows who is in sync)."""
+    in_sync = set(lease.in_sync) if lease is not None else set()
+    return [p for p in _ready_followers(names, pods, master) if p.name in in_sync]
+
+
+def plan_switchover(
+    spec: Spec, group: str, names: list[str], pods: dict[str, PodView], state: dict[str, Any], lease: LeaseView | None = None
+) -> GroupPlan | None:
+    """Before a roll restarts a group's master: fence it, let the best connected member of its
+    in-sync set catch up, record it in the Lease, promote it, and make the old master follow.
+    None when no such follower is ready (the roll waits)."""
+    master = state.get("master", "")
+    candidates = [p for p in _candidates(spec, names, pods, master, lease) if p.role and p.role["connected"]]
     if not candidates:
         return None
-    best = _holding_most(candidates)
-    epoch = int(state.get("epoch", 1)) + 1
+    best = max(candidates, key=_rank)
+    known = [int(state.get("epoch", 1)), *(int((p.role or {}).get("group_epoch", 0)) for p in pods.values() if p.name in names)]
+    epoch = max(known) + 1
     new_state = {
-        **{k: v for k, v in state.items() if k != "members"},
+        **{k: v for k, v in state.items() if k not in ("members", "lease", "masterNotReadySince")},
         "master": best.name,
         "epoch": epoch,
         "address": address(spec, best),
         "endOffset": int(best.role["end_offset"]) if best.role else 0,
     }
-    new_state.pop("masterNotReadySince", None)
-    plan = GroupPlan(group, new_state, [Promote(best.name, epoch, spec.replication.mode)])
-    _repoint(plan, names, pods, best.name, new_state["address"], force=frozenset({state.get("master", "")}))
-    plan.events.append(
-        ("Normal", "Switchover", f"{group}: mastership moved from {state.get('master')} to {best.name} (epoch {epoch}) before a restart")
-    )
+    actions: list[Action] = [
+        Fence(master, epoch),
+        CatchUp(best.name),
+        TakeLease(best.name, epoch),
+        Promote(best.name, epoch, spec.replication.mode),
+    ]
+    plan = GroupPlan(group, new_state, actions)
+    _repoint(plan, names, pods, best.name, new_state["address"], epoch, force=frozenset({master}))
+    plan.events.append(("Normal", "Switchover", f"{group}: mastership moved from {master} to {best.name} (epoch {epoch}) before a restart"))
     return plan
 
 
 def _repoint(
-    plan: GroupPlan, names: list[str], pods: dict[str, PodView], master: str, addr: str, force: frozenset[str] = frozenset()
+    plan: GroupPlan,
+    names: list[str],
+    pods: dict[str, PodView],
+    master: str,
+    addr: str,
+    epoch: int,
+    force: frozenset[str] = frozenset(),
 ) -> None:
     for n in names:
         p = pods.get(n)
         if n == master or p is None or p.role is None or p.deleting:
             continue
         if n in force or p.role["role"] == "MASTER" or p.role["master_address"] != addr:
-            plan.actions.append(Follow(n, addr))
+            plan.actions.append(Follow(n, addr, epoch))
 
 
 def roles_document(spec: Spec, groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The roles file (msgstore.ha.roles): every group's members, master, address, epoch, mode."""
+    """The roles file (msgstore.ha.roles): every group's members, master, address, epoch, mode, Lease."""
     out = {}
     for g, names in spec.groups().items():
         st = groups.get(g) or {"master": names[0], "epoch": 1}
@@ -191,12 +338,13 @@ def roles_document(spec: Spec, groups: dict[str, dict[str, Any]]) -> dict[str, A
             "address": st.get("address", ""),
             "epoch": int(st["epoch"]),
             "mode": spec.replication.mode,
+            "lease": f"{spec.namespace}/{g}",
         }
     return {"groups": out}
 
 
 def member_figures(names: list[str], pods: dict[str, PodView], master: str) -> list[dict[str, Any]]:
-    """Per member: role, epoch, end offset, lag in bytes and seconds (status.replication)."""
+    """Per member: role, epoch, end offset, lag in bytes and seconds, in sync (status.replication)."""
     out = []
     for n in names:
         p = pods.get(n)
@@ -206,6 +354,8 @@ def member_figures(names: list[str], pods: dict[str, PodView], master: str) -> l
             entry.update(role=r["role"], epoch=int(r["epoch"]), endOffset=int(r["end_offset"]))
             if r["role"] == "SLAVE":
                 entry.update(lagBytes=int(r["lag_bytes"]), lagSeconds=round(float(r["lag_seconds"]), 3), connected=bool(r["connected"]))
+            if r.get("fenced"):
+                entry["fenced"] = r["fenced"][:200]
         elif n == master:
             entry["role"] = "MASTER"
         out.append(entry)

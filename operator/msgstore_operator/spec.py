@@ -50,10 +50,16 @@ class Replication:
     mode: str = "SYNC"
     in_sync_replicas: int = 2
     failover_after_s: int = 10
+    unclean_election: bool = False
 
     @property
     def enabled(self) -> bool:
         return self.replicas > 1
+
+    @property
+    def lease_duration_s(self) -> int:
+        """The group Lease's duration: a master unable to renew stops after 2/3 of it."""
+        return max(3, self.failover_after_s)
 
 
 class SpecError(ValueError):
@@ -103,6 +109,11 @@ class Spec:
     @property
     def roles_config_map(self) -> str:
         return f"{self.name}-roles"
+
+    @property
+    def store_account(self) -> str:
+        """The store pods' ServiceAccount (a replicated store's pods renew their group's Lease)."""
+        return f"{self.name}-store"
 
     @property
     def hot(self) -> dict[str, str]:
@@ -216,7 +227,10 @@ def _replication(r: Mapping[str, Any]) -> Replication:
     after = int(r.get("failoverAfterSeconds", 10))
     if after < 1:
         raise SpecError("spec.replication.failoverAfterSeconds", "must be at least 1")
-    return Replication(replicas, mode, isr, after)
+    unclean = r.get("uncleanElection", False)
+    if not isinstance(unclean, bool):
+        raise SpecError("spec.replication.uncleanElection", f"must be true or false, got {unclean!r}")
+    return Replication(replicas, mode, isr, after, unclean)
 
 
 _UNITS = {

@@ -116,11 +116,26 @@ def test_a_replicated_sample_store_renders_groups_and_their_roles():
         "address": "",
         "epoch": 1,
         "mode": "ASYNC",
+        "lease": f"default/{n}-g1",
     }
     sts = objs[f"StatefulSet/{n}"]
     assert sts["spec"]["replicas"] == 9 and "--roles-file" in sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == f"{n}-store" and pod["automountServiceAccountToken"] is True
+    # the pods may read and renew their groups' Leases, and nothing else
+    assert objs[f"Role/{n}-store"]["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [f"{n}-g0", f"{n}-g1", f"{n}-g2"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert objs[f"RoleBinding/{n}-store"]["subjects"] == [{"kind": "ServiceAccount", "name": f"{n}-store", "namespace": "default"}]
     for obj in objs.values():
         validate(obj)
+    lease = render.lease(spec, f"{n}-g0", f"{n}-0", 1, "2026-11-25T00:00:00.000000Z")
+    validate(lease)
 
 
 def test_operator_deployment_runs_one_non_root_replica_with_liveness():

@@ -496,7 +496,11 @@ def test_a_replicated_store_survives_losing_its_master_pod_and_volume(k8s: K8s, 
     old_claim = k8s.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data-{old}")["metadata"]["uid"]
     k8s.kubectl("delete", "pvc", f"data-{old}", "-n", ns, "--wait=false")
     k8s.kubectl("delete", "pod", old, "-n", ns, "--wait=false")
-    k8s.wait(lambda: group().get("master") not in (None, old), 120, "a follower promoted")
+    try:
+        k8s.wait(lambda: group().get("master") not in (None, old), 120, "a follower promoted")
+    except AssertionError as e:
+        status = k8s.store(ns, "ledger").get("status") or {}
+        raise AssertionError(f"{e}; group: {group()}; conditions: {status.get('conditions')}") from None
     failover = k8s.events(ns, "Failover", "ledger")
     assert failover and failover[0]["type"] == "Warning" and "promoted" in failover[0]["message"]
     assert group()["epoch"] == 2

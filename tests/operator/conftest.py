@@ -37,6 +37,10 @@ RESOURCES = {
     "v1/persistentvolumeclaims": dict(kind="PersistentVolumeClaim", namespaced=True, subresources=["status"]),
     "apps/v1/statefulsets": dict(kind="StatefulSet", namespaced=True, subresources=["status"]),
     "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
+    "coordination.k8s.io/v1/leases": dict(kind="Lease", namespaced=True),
+    "v1/serviceaccounts": dict(kind="ServiceAccount", namespaced=True),
+    "rbac.authorization.k8s.io/v1/roles": dict(kind="Role", namespaced=True),
+    "rbac.authorization.k8s.io/v1/rolebindings": dict(kind="RoleBinding", namespaced=True),
 }
 
 _login: dict[str, str] = {}
@@ -50,6 +54,8 @@ class ApiServer(kmock.KubernetesEmulator):
     _serial = itertools.count(1)
 
     async def _handle(self, request):
+        if request.method == kmock.method.PUT and request.resource is not None and request.name:
+            return await self._replace(request)
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
             n = next(self._serial)
@@ -59,6 +65,26 @@ class ApiServer(kmock.KubernetesEmulator):
             meta.setdefault("resourceVersion", "1")
             meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         return await super()._handle(request)
+
+    async def _replace(self, request):
+        """PUT (kmock serves PATCH only): a compare-and-swap on metadata.resourceVersion, as the
+        API server does (the operator records elections in a Lease that way)."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                return aiohttp.web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
+            stored = self._objects[key]
+            have = str(stored.get("metadata", {}).get("resourceVersion", ""))
+            want = str((request.data.get("metadata") or {}).get("resourceVersion", ""))
+            if want and want != have:
+                body = {"kind": "Status", "code": 409, "reason": "Conflict", "message": f"resourceVersion {want} is not {have}"}
+                return aiohttp.web.json_response(body, status=409)
+            data = dict(request.data)
+            data["metadata"] = {**(data.get("metadata") or {}), "resourceVersion": str(int(have or 0) + 1)}
+            stored.patch(data)
+            raw = stored.raw
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+        return aiohttp.web.json_response(raw)
 
 
 @kopf.on.login(registry=kopf.get_default_registry())

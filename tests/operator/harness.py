@@ -7,7 +7,9 @@
   ConfigMap and Secret → files), writes the pod's IP and Ready condition from gRPC health, and
   restarts a container that dies (as restartPolicy: Always);
 * cluster DNS for the headless Service: ``--peers-dns`` becomes ``--peers-file`` listing the
-  pods, rewritten as pods come and go.
+  pods, rewritten as pods come and go;
+* the API server for in-cluster clients: a kubeconfig naming kmock (``KUBECONFIG``), which a
+  replicated store's pods use to renew their group's Lease.
 
 All of it talks to kmock over HTTP, as a real controller would, so Kopf sees every change.
 """
@@ -208,13 +210,31 @@ class Cluster:
 
         volumes = await self._volumes(name, spec, container)
         process = ContainerProcess(
-            pod, container, self.pod_ip(name), volumes, os.path.join(self.base, "pods", name, "container.log"), rewrite=rewrite
+            pod,
+            container,
+            self.pod_ip(name),
+            volumes,
+            os.path.join(self.base, "pods", name, "container.log"),
+            rewrite=rewrite,
+            env={"KUBECONFIG": self._kubeconfig()},
         ).start()
         port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
         c = Container(name, process.ip, port, process)
         self.containers[name] = c
         self.history.append(("started", name))
         return c
+
+    def _kubeconfig(self) -> str:
+        path = os.path.join(self.base, "kubeconfig")
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(
+                    "apiVersion: v1\nkind: Config\ncurrent-context: kmock\n"
+                    f"clusters: [{{name: kmock, cluster: {{server: '{self.api}'}}}}]\n"
+                    "users: [{name: pod, user: {token: pod}}]\n"
+                    "contexts: [{name: kmock, context: {cluster: kmock, user: pod}}]\n"
+                )
+        return path
 
     async def _volumes(self, pod: str, spec: dict, container: dict) -> dict[str, str]:
         pod_dir = os.path.join(self.base, "pods", pod)

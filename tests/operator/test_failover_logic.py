@@ -18,7 +18,17 @@ def spec(**replication):
     )
 
 
-def pod(i: int, role: str = "SLAVE", end: int = 100, epoch: int = 1, ready: bool = True, master: str = "10.0.0.1:10911", connected=True):
+def pod(
+    i: int,
+    role: str = "SLAVE",
+    end: int = 100,
+    epoch: int = 1,
+    ready: bool = True,
+    master: str = "10.0.0.1:10911",
+    connected=True,
+    answers: bool = True,
+):
+    """``answers=False``: a paused or partitioned pod (the operator's GetRole timed out)."""
     return PodView(
         name=f"s-{i}",
         ordinal=i,
@@ -34,8 +44,16 @@ def pod(i: int, role: str = "SLAVE", end: int = 100, epoch: int = 1, ready: bool
             "lag_bytes": 0,
             "lag_seconds": 0.0,
             "connected": connected,
-        },
+            "last_epoch": epoch,
+            "group_epoch": epoch,
+        }
+        if answers
+        else None,
     )
+
+
+def lease(holder: str = "s-0", epoch: int = 1, in_sync: tuple[str, ...] = ("s-0", "s-1", "s-2"), renewed: str = "t0", duration: float = 10):
+    return r.LeaseView(holder, epoch, in_sync, renewed, duration)
 
 
 def test_the_spec_names_groups_and_pods():
@@ -48,54 +66,106 @@ def test_the_spec_names_groups_and_pods():
 
 def test_a_new_group_starts_with_its_first_member_as_master_and_points_the_others_at_it():
     pods = {p.name: p for p in (pod(0, "MASTER"), pod(1, master=""), pod(2))}
-    plan = r.plan_group(spec(), "s-g0", NAMES, pods, {}, now=1000)
-    assert plan.state == {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911", "endOffset": 100}
-    assert plan.actions == [r.Follow("s-1", "10.0.0.1:10911")]  # s-2 already follows it
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, {}, now=1000, lease=lease())
+    assert {k: plan.state[k] for k in ("master", "epoch", "address", "endOffset")} == {
+        "master": "s-0",
+        "epoch": 1,
+        "address": "10.0.0.1:10911",
+        "endOffset": 100,
+    }
+    assert plan.actions == [r.Follow("s-1", "10.0.0.1:10911", 1)]  # s-2 already follows it
 
 
-def test_a_master_not_ready_waits_for_failover_after_seconds_then_the_follower_holding_most_wins():
+def test_a_paused_master_is_replaced_only_once_its_lease_has_gone_unrenewed_for_its_whole_duration():
     s = spec()
-    pods = {p.name: p for p in (pod(0, "MASTER", ready=False), pod(1, end=500), pod(2, end=900))}
+    pods = {p.name: p for p in (pod(0, "MASTER", ready=False, answers=False), pod(1, end=500), pod(2, end=900))}
     state = {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911"}
-    first = r.plan_group(s, "s-g0", NAMES, pods, state, now=1000)
+    first = r.plan_group(s, "s-g0", NAMES, pods, state, now=1000, lease=lease(renewed="t1"))
     assert first.actions == [] and "not ready" in first.waiting and first.state["masterNotReadySince"]
-    later = r.plan_group(s, "s-g0", NAMES, pods, first.state, now=1009)
-    assert later.actions == [] and later.waiting
-    due = r.plan_group(s, "s-g0", NAMES, pods, first.state, now=1010)
-    # the old master, still answering though not Ready, is told to follow too (fenced)
-    assert due.actions == [r.Promote("s-2", 2, "SYNC"), r.Follow("s-0", "10.0.0.3:10911"), r.Follow("s-1", "10.0.0.3:10911")]
+    assert first.state["lease"] == {"renewTime": "t1", "seenAt": r.micro_iso(1000)}  # the operator's own clock
+    waiting = r.plan_group(s, "s-g0", NAMES, pods, first.state, now=1010, lease=lease(renewed="t1", duration=15))
+    assert waiting.actions == [] and "gone unrenewed for 15 s" in waiting.waiting  # failoverAfterSeconds passed, the Lease not
+    renewed = r.plan_group(s, "s-g0", NAMES, pods, waiting.state, now=1012, lease=lease(renewed="t2", duration=15))
+    assert renewed.actions == [] and renewed.state["lease"]["seenAt"] == r.micro_iso(1012)  # still renewing: it may acknowledge
+    due = r.plan_group(s, "s-g0", NAMES, pods, renewed.state, now=1027, lease=lease(renewed="t2", duration=15))
+    # no Fence (it does not answer), the election recorded in the Lease before the promotion
+    assert due.actions[:2] == [r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
+    assert r.Follow("s-1", "10.0.0.3:10911", 2) in due.actions
     assert due.state["master"] == "s-2" and due.state["epoch"] == 2 and due.state["lastFailover"]["endOffset"] == 900
-    assert due.events[0][1] == "Failover" and "s-2" in due.events[0][2]
+    assert due.events[0][1] == "Failover" and "in-sync" in due.events[0][2]
+
+
+def test_a_not_ready_master_that_still_answers_is_fenced_first():
+    pods = {p.name: p for p in (pod(0, "MASTER", ready=False), pod(1, end=500), pod(2, end=900))}
+    state = {"master": "s-0", "epoch": 1, "masterNotReadySince": r.iso(0)}
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=100, lease=lease(renewed="t9"))
+    assert plan.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
+    assert not plan.fence_optional  # its Lease has not expired: the Fence must be answered
+    assert r.Follow("s-0", "10.0.0.3:10911", 2) in plan.actions  # then it follows the new master
+
+
+def test_only_the_in_sync_set_is_elected_unless_unclean_election_is_allowed():
+    pods = {p.name: p for p in (pod(0, "MASTER", ready=False, answers=False), pod(1, end=500), pod(2, end=9000))}
+    state = {"master": "s-0", "epoch": 1, "masterNotReadySince": r.iso(0), "lease": {"renewTime": "t", "seenAt": r.micro_iso(0)}}
+    only_s1 = lease(in_sync=("s-0", "s-1"), renewed="t")
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=100, lease=only_s1)
+    assert plan.actions[:2] == [r.TakeLease("s-1", 2), r.Promote("s-1", 2, "SYNC")]  # s-2 holds more but was not in sync
+    nobody = lease(in_sync=("s-0",), renewed="t")
+    blocked = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=100, lease=nobody)
+    assert blocked.actions == [] and "no member of its in-sync set" in blocked.blocked and "uncleanElection" in blocked.blocked
+    unclean = r.plan_group(spec(uncleanElection=True), "s-g0", NAMES, pods, state, now=100, lease=nobody)
+    assert unclean.actions[:2] == [r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
+    assert [e[1] for e in unclean.events] == ["Failover", "UncleanElection"] and unclean.state["lastFailover"]["unclean"]
+
+
+def test_candidates_are_ranked_by_their_last_epoch_before_their_end_offset():
+    """An old master's unreplicated tail (a longer log of an older term) never beats the
+    follower that holds the newer term."""
+    pods = {p.name: p for p in (pod(0, "MASTER", ready=False, answers=False, epoch=3), pod(1, end=5000, epoch=2), pod(2, end=800, epoch=3))}
+    state = {"master": "s-0", "epoch": 3, "masterNotReadySince": r.iso(0), "lease": {"renewTime": "t", "seenAt": r.micro_iso(0)}}
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=100, lease=lease(epoch=3, renewed="t"))
+    assert plan.actions[:2] == [r.TakeLease("s-2", 4), r.Promote("s-2", 4, "SYNC")]
 
 
 def test_no_ready_follower_blocks_the_failover_and_says_so():
     pods = {p.name: p for p in (pod(0, "MASTER", ready=False), pod(1, ready=False), pod(2, ready=False))}
-    plan = r.plan_group(spec(), "s-g0", NAMES, pods, {"master": "s-0", "epoch": 3, "masterNotReadySince": r.iso(0)}, now=100)
-    assert plan.actions == [] and "no follower is ready" in plan.blocked and plan.state["master"] == "s-0"
+    state = {"master": "s-0", "epoch": 3, "masterNotReadySince": r.iso(0), "lease": {"renewTime": "t", "seenAt": r.micro_iso(0)}}
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=100, lease=lease(epoch=3, renewed="t"))
+    assert plan.actions == [] and "no member of its in-sync set" in plan.blocked and plan.state["master"] == "s-0"
 
 
 def test_an_old_master_that_came_back_is_made_to_follow():
     pods = {p.name: p for p in (pod(0, "MASTER", epoch=1), pod(1, "MASTER", epoch=2), pod(2, master="10.0.0.2:10911", epoch=2))}
-    plan = r.plan_group(spec(), "s-g0", NAMES, pods, {"master": "s-1", "epoch": 2}, now=0)
-    assert plan.actions == [r.Follow("s-0", "10.0.0.2:10911")]
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, {"master": "s-1", "epoch": 2}, now=0, lease=lease("s-1", 2))
+    assert plan.actions == [r.Follow("s-0", "10.0.0.2:10911", 2)]
 
 
-def test_a_promotion_that_did_not_take_is_retried_at_a_new_epoch():
+def test_a_promotion_that_timed_out_is_retried_at_the_epoch_the_lease_records():
+    """The Promote reached the pod after the operator gave up: the Lease already names it at
+    epoch 5, so the next pass asks again at 5 (a no-op when done), never a second election."""
     pods = {p.name: p for p in (pod(0, "SLAVE", epoch=4, master=""), pod(1, epoch=4))}
-    plan = r.plan_group(spec(), "s-g0", NAMES[:2], pods, {"master": "s-0", "epoch": 4}, now=0)
-    assert plan.actions[0] == r.Promote("s-0", 5, "SYNC") and plan.state["epoch"] == 5
+    plan = r.plan_group(spec(), "s-g0", NAMES[:2], pods, {"master": "s-1", "epoch": 4}, now=0, lease=lease("s-0", 5))
+    assert plan.actions[0] == r.Promote("s-0", 5, "SYNC") and plan.state["master"] == "s-0" and plan.state["epoch"] == 5
+    done = {p.name: p for p in (pod(0, "MASTER", epoch=5), pod(1, epoch=5, master="10.0.0.1:10911"))}
+    again = r.plan_group(spec(), "s-g0", NAMES[:2], done, plan.state, now=1, lease=lease("s-0", 5))
+    assert again.actions == []
 
 
-def test_switchover_picks_a_connected_follower_and_makes_the_master_follow():
+def test_switchover_fences_lets_the_candidate_catch_up_records_the_lease_then_promotes():
     pods = {p.name: p for p in (pod(0, "MASTER"), pod(1, end=100, connected=False), pod(2, end=90))}
-    plan = r.plan_switchover(spec(), "s-g0", NAMES, pods, {"master": "s-0", "epoch": 2})
+    plan = r.plan_switchover(spec(), "s-g0", NAMES, pods, {"master": "s-0", "epoch": 2}, lease(epoch=2))
     assert plan is not None and plan.actions == [
+        r.Fence("s-0", 3),
+        r.CatchUp("s-2"),
+        r.TakeLease("s-2", 3),
         r.Promote("s-2", 3, "SYNC"),
-        r.Follow("s-0", "10.0.0.3:10911"),
-        r.Follow("s-1", "10.0.0.3:10911"),
+        r.Follow("s-0", "10.0.0.3:10911", 3),
+        r.Follow("s-1", "10.0.0.3:10911", 3),
     ]
     nobody = {p.name: p for p in (pod(0, "MASTER"), pod(1, connected=False))}
-    assert r.plan_switchover(spec(), "s-g0", NAMES[:2], nobody, {"master": "s-0", "epoch": 2}) is None
+    assert r.plan_switchover(spec(), "s-g0", NAMES[:2], nobody, {"master": "s-0", "epoch": 2}, lease(epoch=2)) is None
+    out_of_sync = {p.name: p for p in (pod(0, "MASTER"), pod(1))}
+    assert r.plan_switchover(spec(), "s-g0", NAMES[:2], out_of_sync, {"master": "s-0", "epoch": 2}, lease(in_sync=("s-0",))) is None
 
 
 def test_the_roles_document_is_what_the_server_reads():
@@ -104,6 +174,7 @@ def test_the_roles_document_is_what_the_server_reads():
     doc = r.roles_document(spec(), {"s-g0": {"master": "s-1", "epoch": 3, "address": "10.0.0.2:10911"}})
     mine = read_roles(doc, "s-0")
     assert mine is not None and not mine.is_master and mine.master_address == "10.0.0.2:10911" and mine.epoch == 3
+    assert mine.lease == "ns/s-g0"
     assert read_roles(doc, "s-1").broker_role == "SYNC_MASTER"
 
 
@@ -111,16 +182,16 @@ def test_a_master_whose_log_went_backwards_is_replaced_at_once():
     """Its pod came back on an empty volume (the PVC was deleted): a follower holds the data."""
     pods = {p.name: p for p in (pod(0, "SLAVE", end=0, epoch=0, master=""), pod(1, end=900), pod(2, end=800))}
     state = {"master": "s-0", "epoch": 1, "address": "10.0.0.9:10911", "endOffset": 900}
-    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=5)
-    assert plan.actions[0] == r.Promote("s-1", 2, "SYNC") and plan.state["endOffset"] == 900
-    assert "lost its data" in plan.events[0][2]
-    assert r.Follow("s-0", "10.0.0.2:10911") in plan.actions  # the emptied member copies the new master
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=5, lease=lease())
+    assert plan.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-1", 2), r.Promote("s-1", 2, "SYNC")]
+    assert plan.state["endOffset"] == 900 and "lost its data" in plan.events[0][2]
+    assert r.Follow("s-0", "10.0.0.2:10911", 2) in plan.actions  # the emptied member copies the new master
 
 
 def test_a_master_is_followed_by_its_recorded_end_offset():
     pods = {p.name: p for p in (pod(0, "MASTER", end=1000), pod(1, end=1000, master="10.0.0.1:10911"))}
-    plan = r.plan_group(spec(), "s-g0", NAMES[:2], pods, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0)
+    plan = r.plan_group(spec(), "s-g0", NAMES[:2], pods, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0, lease=lease())
     assert plan.actions == [] and plan.state["endOffset"] == 1000
     behind = {"s-0": pod(0, "MASTER", end=10), "s-1": pod(1, end=5, master="10.0.0.1:10911")}
-    plan = r.plan_group(spec(), "s-g0", NAMES[:2], behind, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0)
+    plan = r.plan_group(spec(), "s-g0", NAMES[:2], behind, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0, lease=lease())
     assert plan.actions == [] and not plan.events  # nobody holds more: nothing to fail over to

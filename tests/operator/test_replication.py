@@ -1,6 +1,7 @@
 """The operator as replication controller (issue 13): one group of three members, real store
 processes as pods, Kopf against kmock."""
 
+import asyncio
 import os
 import signal
 
@@ -45,13 +46,17 @@ async def test_a_master_not_ready_is_failed_over_and_rejoins_as_a_follower(env):
     assert group(env)["address"] == env.cluster.containers["orders-0"].address
 
     c = client(env)
-    route = c.route("orders", refresh=True)
+    route = await asyncio.to_thread(c.route, "orders", True)  # (blocking calls in threads: kmock serves from this loop)
     assert [n.name for n in route.nodes] == ["orders-g0"] and route.nodes[0].address == env.cluster.containers["orders-0"].address
-    acked = {}
-    for i in range(20):
-        for r in c.send_batch("orders", [OutMessage(b"before-%d-%d" % (i, k)) for k in range(10)]):
-            assert r.status == "PUT_OK"  # SYNC: on the master and at least one follower
-            acked[(r.queue_id, r.queue_offset)] = None
+    acked: dict = {}
+
+    def send(tag: bytes, batches: int) -> None:
+        for i in range(batches):
+            for r in c.send_batch("orders", [OutMessage(b"%s-%d-%d" % (tag, i, k)) for k in range(10)]):
+                assert r.status == "PUT_OK"  # SYNC: on the master and every in-sync follower
+                acked[(r.queue_id, r.queue_offset)] = None
+
+    await asyncio.to_thread(send, b"before", 20)
     old = env.cluster.containers["orders-0"].proc
     os.kill(old.pid, signal.SIGSTOP)  # alive but silent: not Ready
     try:
@@ -60,10 +65,7 @@ async def test_a_master_not_ready_is_failed_over_and_rejoins_as_a_follower(env):
         assert g["master"] in ("orders-1", "orders-2") and g["epoch"] == 2 and g["lastFailover"]["from"] == "orders-0"
         assert "promoted" in env.events("Failover")[0]["message"]
         await env.until(lambda: f'"master": "{g["master"]}"' in env.obj(CM, "orders-roles")["data"]["roles.json"], what="roles file")
-        for i in range(10):  # writes continue on the new master (the other follower confirms)
-            for r in c.send_batch("orders", [OutMessage(b"after-%d-%d" % (i, k)) for k in range(10)]):
-                assert r.status == "PUT_OK"
-                acked[(r.queue_id, r.queue_offset)] = None
+        await asyncio.to_thread(send, b"after", 10)  # writes continue on the new master (the other follower confirms)
     finally:
         os.kill(old.pid, signal.SIGCONT)
     # the old master, back, believes it is master at epoch 1: the operator makes it follow
@@ -75,9 +77,13 @@ async def test_a_master_not_ready_is_failed_over_and_rejoins_as_a_follower(env):
         what="orders-0 following the new master",
     )
     new = env.cluster.containers[group(env)["master"]].address
-    for qid, off in acked:
-        got = c.pull("orders", QueueRef("orders-g0", new, qid), off, max_messages=1)
-        assert got.messages, (qid, off)
+
+    def read_back() -> None:
+        for qid, off in acked:
+            got = c.pull("orders", QueueRef("orders-g0", new, qid), off, max_messages=1)
+            assert got.messages, (qid, off)
+
+    await asyncio.to_thread(read_back)
     st = env.store()["status"]
     assert [m["role"] for m in group(env)["members"]].count("MASTER") == 1
     assert next(x for x in st["conditions"] if x["type"] == "FailoverBlocked")["status"] == "False"
@@ -88,7 +94,8 @@ async def test_a_roll_restarts_followers_first_and_moves_mastership_before_the_m
     await env.create(replicas=1, store=SMALL, replication=REPLICATION)
     await env.until(lambda: ready(env) and followers_connected(env), timeout=90, what="Ready with both followers connected")
     c = client(env)
-    acked = [r for r in c.send_batch("orders", [OutMessage(b"m%d" % i) for i in range(100)]) if r.status == "PUT_OK"]
+    sent = await asyncio.to_thread(c.send_batch, "orders", [OutMessage(b"m%d" % i) for i in range(100)])
+    acked = [r for r in sent if r.status == "PUT_OK"]
     assert len(acked) == 100
     env.cluster.history.clear()
     await env.patch(annotations={"msgstore.io/restart": "r1"})
@@ -101,5 +108,6 @@ async def test_a_roll_restarts_followers_first_and_moves_mastership_before_the_m
     assert group(env)["master"] != "orders-0" or group(env)["epoch"] >= 3
     master = env.cluster.containers[group(env)["master"]].address
     for r in acked:
-        assert c.pull("orders", QueueRef("orders-g0", master, r.queue_id), r.queue_offset, max_messages=1).messages
+        got = await asyncio.to_thread(c.pull, "orders", QueueRef("orders-g0", master, r.queue_id), r.queue_offset, max_messages=1)
+        assert got.messages
     c.close()

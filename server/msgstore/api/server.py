@@ -28,6 +28,7 @@ from grpc_reflection.v1alpha import reflection
 
 from .. import wire
 from ..ha.epochs import EpochFile, EpochFileError
+from ..ha.lease import LeaseKeeper
 from ..ha.replica import Replica, RoleError
 from ..ha.roles import RolesFile
 from ..record import codec
@@ -223,6 +224,9 @@ class StoreServer:
         )
         if mine is not None and mine.is_master and not replaced and replica.epochs.epoch < mine.epoch:
             replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
+        if mine is not None and mine.lease:
+            namespace, _, name = mine.lease.rpartition("/")
+            replica.use_lease(LeaseKeeper(namespace or os.environ.get("POD_NAMESPACE", "default"), name, self.node_name, self.advertise))
         return replica
 
     async def _follow_roles(self) -> None:
@@ -445,6 +449,8 @@ class StoreServer:
         try:
             self.replica = self._make_replica()
             self.replica.start()
+            if self.replica.lease is not None:
+                self.replica.lease.start(loop)
         except (RoleError, EpochFileError) as e:
             self.recovery_error = str(e)
             log.error("store failed to start: %s", e)
@@ -477,6 +483,8 @@ class StoreServer:
         if self.peers is not None:
             await self.peers.close()
         if self.replica is not None:
+            if self.replica.lease is not None:
+                self.replica.lease.stop()
             await self.replica.stop()
         for ch in self._ha_channels.values():
             await ch.close()

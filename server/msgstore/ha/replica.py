@@ -29,6 +29,7 @@ from ..v1 import admin_pb2_grpc as apbg
 from .epochs import EpochFile
 from .follower import Follower
 from .gate import WriteGate
+from .lease import LeaseKeeper
 from .members import GroupMembers
 from .signal import AppendSignal
 from .tracker import ReplicaTracker
@@ -86,7 +87,7 @@ class Replica:
         self.state_version = 0  # bumped when what followers are told (mode, in-sync set, members) changes
         self.confirmed = 0  # a SYNC master's confirm offset (what every in-sync member holds)
         self._limit: int | None = None  # the dispatch bound that follows from it (None: none)
-        self.lease = None  # a LeaseKeeper on Kubernetes (the server sets it)
+        self.lease: LeaseKeeper | None = None  # on Kubernetes (use_lease)
         self._housekeeping: asyncio.Task | None = None
         self._last_probe = 0.0
         self.apply_settings()
@@ -100,6 +101,16 @@ class Replica:
     @property
     def epoch(self) -> int:
         return self.epochs.epoch
+
+    def use_lease(self, keeper: LeaseKeeper) -> None:
+        """Kubernetes: the group's Lease decides who may acknowledge (before :meth:`start`)."""
+        self.lease = keeper
+        keeper.epoch = lambda: self.epoch
+        keeper.is_master = lambda: self.is_master and not self.gate.deposed  # a fenced master renews nothing
+        keeper.on_deposed = self.depose
+        keeper.end_offset = lambda: self.store.commitlog.max_offset
+        keeper.on_published = self.tracker.published
+        self.tracker.publish = keeper.publish
 
     def apply_settings(self) -> None:
         cfg = self.store.config
@@ -155,6 +166,7 @@ class Replica:
         self.store.dispatcher.limit = self._dispatch_limit
         if self.lease is not None:
             self.gate.lease = self.lease.refusal
+            self.lease.taken_office()
         else:
             others = self.members.others()
             if started and others:

@@ -3,7 +3,7 @@ each replica group, which one is master, at what epoch, and where to reach it.
 
     {"groups": {"orders-g0": {"members": ["orders-0", "orders-1", "orders-2"],
                               "master": "orders-1", "address": "orders-1.orders-headless:10911",
-                              "epoch": 3, "mode": "SYNC"}}}
+                              "epoch": 3, "mode": "SYNC", "lease": "shop/orders-g0"}}}
 
 A member reads it when it starts (so a restarted old master comes back as a follower) and
 follows its changes.
@@ -24,6 +24,7 @@ class MemberRole:
     epoch: int
     mode: str
     is_master: bool
+    lease: str = ""  # "namespace/name" of the group's Lease (Kubernetes: the arbiter of who is master)
 
     @property
     def broker_role(self) -> str:
@@ -43,6 +44,7 @@ def parse(data: dict, node: str) -> MemberRole | None:
                 epoch=int(g.get("epoch") or 0),
                 mode=str(g.get("mode") or "ASYNC"),
                 is_master=master == node,
+                lease=str(g.get("lease") or ""),
             )
     return None
 
