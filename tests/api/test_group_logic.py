@@ -8,7 +8,7 @@ import random
 from msgstore.api.groups import GroupRegistry
 from msgstore.client.allocation import allocate, moved
 from msgstore.client.membership import Membership, broadcast_group, queue_key
-from msgstore.client.routing import Node, QueueRef
+from msgstore.client.routing import Node, QueueRef, Suspects
 
 QUEUES = [QueueRef(f"store-{n}", f"127.0.0.1:{9000 + n}", q) for n in range(3) for q in range(8)]
 
@@ -110,3 +110,14 @@ def test_membership_allocates_from_the_leading_nodes_view():
     assert m.members == ("a@1", "b@1") and m.stale("127.0.0.1:9001", 5) and not m.stale("127.0.0.1:9001", 4)
     mine = m.target(QUEUES)
     assert mine == set(allocate(QUEUES, ["a@1", "b@1"], key=queue_key)["b@1"]) and len(mine) == 12
+
+
+def test_an_address_that_failed_in_transport_is_asked_for_a_route_last():
+    """A paused master must not cost a client a timeout on every route refresh (issue 20)."""
+    s = Suspects()
+    given = ["m:1", "f1:1", "f2:1"]
+    assert s.order(given) == given
+    s.mark("m:1")
+    assert "m:1" in s and s.order(given) == ["f1:1", "f2:1", "m:1"]
+    s.clear("m:1")
+    assert "m:1" not in s and s.order(given) == given

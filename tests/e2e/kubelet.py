@@ -619,7 +619,9 @@ class Kubelet:
         with self._lock:
             ip = str(POD_NETWORK.network_address + self._next_ip)
             self._next_ip += 1
-        subprocess.run(["ip", "addr", "add", f"{ip}/32", "dev", "lo"], check=True, capture_output=True)
+        added = subprocess.run(["ip", "addr", "add", f"{ip}/32", "dev", "lo"], capture_output=True, text=True)
+        if added.returncode != 0 and "File exists" not in added.stderr:  # left by a run that was killed
+            raise RuntimeError(f"ip addr add {ip}: {added.stderr.strip()}")
         self._ips.add(ip)
         return ip
 
@@ -718,6 +720,14 @@ class Kubelet:
         assert rt is not None and rt.container is not None and rt.container.running, f"{namespace}/{name} is not running"
         pid = rt.container.proc.pid
         rt.container.kill()
+        return pid
+
+    def signal(self, namespace: str, name: str, sig: int) -> int:
+        """Send ``sig`` to a pod's container process (SIGSTOP: hung, alive, not Ready; SIGCONT)."""
+        rt = self.runtime(namespace, name)
+        assert rt is not None and rt.container is not None and rt.container.running, f"{namespace}/{name} is not running"
+        pid = rt.container.proc.pid
+        os.kill(pid, sig)
         return pid
 
 

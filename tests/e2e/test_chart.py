@@ -9,7 +9,9 @@ created once); each says what it checks.
 
 from __future__ import annotations
 
+import datetime
 import os
+import signal
 import threading
 import time
 
@@ -18,6 +20,9 @@ import yaml
 
 from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.routing import QueueRef
+
+from tests.ha.ledger import Ledger, acked_on
+from tests.ha.ledger import Producer as LedgerProducer
 
 from .conftest import CHART, GROUP_PATH, K8s, namespace
 
@@ -519,6 +524,92 @@ def test_a_replicated_store_survives_losing_its_master_pod_and_volume(k8s: K8s, 
     for (qid, off), body in acked.items():
         got = reader.pull("ledger", QueueRef("ledger-g0", k8s.address(ns, master), qid), off, max_messages=1)
         assert got.messages and got.messages[0].body == body, (qid, off)
+    c.close()
+    reader.close()
+    k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")
+
+
+def _lease(k8s: K8s, ns: str, group: str) -> dict:
+    return k8s.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{group}") or {}
+
+
+def _monotonic_of(micro_time: str) -> float:
+    """A Lease's MicroTime (the operator's wall clock, this machine's) on the ledger's clock."""
+    wall = datetime.datetime.fromisoformat(micro_time.replace("Z", "+00:00")).timestamp()
+    return time.monotonic() - (time.time() - wall)
+
+
+@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
+def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8s: K8s, release, mode):
+    """Issue 20 on the real control plane: the master's process is SIGSTOPped (alive, not Ready,
+    not renewing its Lease) while a producer runs. The operator elects from the in-sync set once
+    the Lease has expired; the producer reaches the new master; the old one, resumed, acknowledges
+    nothing more and rejoins as a follower. SYNC: no acknowledged message is lost, and a roll under
+    load after it loses none either. ASYNC: none lost that a member acknowledged after it had been
+    replaced. No (queue, offset) ever reads with two bodies."""
+    ns = f"paused-{mode.lower()}"
+    group_name = "ledger-g0"
+    namespace(k8s, ns)
+    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}))
+
+    def group() -> dict:
+        return ((k8s.store(ns, "ledger").get("status") or {}).get("replication") or {}).get("groups", {}).get(group_name, {})
+
+    def in_sync() -> bool:
+        g = group()
+        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
+        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
+
+    k8s.wait(lambda: k8s.ready(ns, "ledger") and in_sync(), 180, "ledger Ready with both followers in sync")
+    members = ["ledger-0", "ledger-1", "ledger-2"]
+    address = {p: k8s.address(ns, p) for p in members}
+    old = group()["master"]
+    ledger = Ledger()
+    ledger.elected(address[old], at=0.0)
+    c = Client(",".join(address.values()), timeout=5, failover_timeout=60)
+    producer = LedgerProducer(c, "ledger", ledger, tag=mode.lower(), batch=4, limit=20_000, pause=0.01)
+    producer.start()
+    try:
+        k8s.wait(lambda: len(ledger.acks) >= 200, 60, "the producer acknowledged before the pause")
+        k8s.kubelet.signal(ns, old, signal.SIGSTOP)
+        paused = time.monotonic()
+        try:
+            new = k8s.wait(lambda: (lambda m: m if m not in (None, old) else None)(group().get("master")), 120, "a follower elected")
+            lease = _lease(k8s, ns, group_name)["spec"]
+            assert lease["holderIdentity"] == new, lease
+            ledger.elected(address[new], at=_monotonic_of(lease["acquireTime"]))
+            k8s.wait(lambda: acked_on(ledger, address[new], paused) > 0, 60, "the new master acknowledging the producer")
+            failover = time.monotonic() - paused
+        finally:
+            k8s.kubelet.signal(ns, old, signal.SIGCONT)
+        resumed = time.monotonic()
+        # the old master, resumed, finds the Lease held by another at a newer epoch and follows
+        k8s.wait(lambda: in_sync() and group().get("master") == new, 120, "the old master back as an in-sync follower")
+        assert acked_on(ledger, address[old], resumed) == 0, "the resumed old master acknowledged writes"
+        if mode == "SYNC":
+            finished = len(k8s.events(ns, "RollFinished", "ledger"))
+            k8s.kubectl("annotate", "mstore", "ledger", "-n", ns, "msgstore.io/restart=under-load")
+            k8s.wait(lambda: len(k8s.events(ns, "RollFinished", "ledger")) > finished, 240, "the roll under load")
+            k8s.wait(lambda: in_sync() and k8s.ready(ns, "ledger"), 120, "in sync after the roll")
+            rolled = time.monotonic() - resumed
+        sent = producer.sent
+        k8s.wait(lambda: producer.sent > sent + 10, 60, "the producer sending after it all")
+    finally:
+        producer.halt()
+    master = group()["master"]
+    reader = Client(k8s.address(ns, master), timeout=10)  # a roll gives pods new addresses
+    held = ledger.read(reader, "ledger")
+    lost = ledger.lost(held)
+    if mode == "SYNC":
+        assert not lost, f"{len(lost)} acknowledged messages lost, first {lost[:3]}"
+    else:
+        fenced = ledger.acked_by_fenced(lost)
+        assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}"
+    assert not ledger.two_bodies(held)
+    assert failover < 60, failover
+    print(f"{mode}: paused master replaced and acknowledging on {new} after {failover:.1f}s; {len(ledger.acks)} acks, {len(lost)} lost")
+    if mode == "SYNC":
+        print(f"rejoin and roll under load took {rolled:.1f}s; {ledger.refused} refused, {ledger.errors} errors")
     c.close()
     reader.close()
     k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")

@@ -24,7 +24,7 @@ from .client import (
     pull_result,
 )
 from .connection import Security, aio_channel, split_endpoints
-from .routing import REROUTE, KeyQueueDown, QueueRef, Route, known_addresses, nodes_of, on_master, replicated
+from .routing import PROBE_TIMEOUT_S, REROUTE, KeyQueueDown, QueueRef, Route, Suspects, known_addresses, nodes_of, on_master, replicated
 from .stream import AsyncSendStream
 
 
@@ -51,6 +51,7 @@ class AsyncClient:
         self._routes: dict[str, Route] = {}
         self._streams: dict[str, AsyncSendStream] = {}
         self._unary_only: set[str] = set()
+        self._suspects = Suspects()
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         ch = self._channels.get(address)
@@ -88,12 +89,15 @@ class AsyncClient:
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
-        for address in known_addresses(self.endpoints, list(self._routes.values())):
+        for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
             try:
                 resp = await self._call(address, "GetRoute", pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0))
             except StoreError as e:
                 last = e
+                if e.code in RETRYABLE:
+                    self._suspects.mark(address)
                 continue
+            self._suspects.clear(address)
             route = Route(topic, nodes_of(resp.nodes))
             self._routes[topic] = route
             return route
@@ -145,6 +149,7 @@ class AsyncClient:
                 if e.code not in RETRYABLE:
                     raise
                 route.mark_down(target.address)
+                self._suspects.mark(target.address)
                 tried.add(target.address)
                 moved = await self._await_new_master(topic, target, deadline)
                 if moved is not None:  # the same queue, on its group's new master: order and key kept
@@ -182,6 +187,8 @@ class AsyncClient:
             return None
         while True:
             found = on_master(await self.route(topic, refresh=True), target)
+            if found is not None and found.address == target.address and found.address in self._suspects:
+                found = found if await self._answers(found.address) else None  # routes can name a paused master a while
             if found is not None:
                 if found.address == target.address:
                     await asyncio.sleep(0.05)
@@ -189,6 +196,14 @@ class AsyncClient:
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(0.1)
+
+    async def _answers(self, address: str) -> bool:
+        try:
+            await self._call(address, "GetRoute", pb.GetRouteRequest(), timeout=PROBE_TIMEOUT_S)
+        except StoreError:
+            return False
+        self._suspects.clear(address)
+        return True
 
     async def _send_to(self, target: QueueRef, topic: str, messages: Sequence[OutMessage], visible: bool):
         """Over the node's SendStream (unary Send to a server without it), as Client._send_to."""

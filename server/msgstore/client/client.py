@@ -19,7 +19,20 @@ from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
 from .errors import StoreError
 from .errors import error_from as _error
-from .routing import REROUTE, KeyQueueDown, Member, Node, QueueRef, Route, known_addresses, nodes_of, on_master, replicated
+from .routing import (
+    PROBE_TIMEOUT_S,
+    REROUTE,
+    KeyQueueDown,
+    Member,
+    Node,
+    QueueRef,
+    Route,
+    Suspects,
+    known_addresses,
+    nodes_of,
+    on_master,
+    replicated,
+)
 from .stream import SendStream
 
 ROUTE_TTL_S = 10.0
@@ -199,6 +212,7 @@ class Client:
         self._streams: dict[str, SendStream] = {}
         self._send_streams = send_streams
         self._unary_only: set[str] = set()  # servers without SendStream
+        self._suspects = Suspects()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -269,14 +283,17 @@ class Client:
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
-        for address in known_addresses(self.endpoints, list(self._routes.values())):
+        for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
             try:
                 resp = self.stub(address).GetRoute(
                     pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0), metadata=self.security.data_metadata() or None
                 )
             except grpc.RpcError as e:
                 last = _error(e, address)
+                if e.code() in RETRYABLE:
+                    self._suspects.mark(address)
                 continue
+            self._suspects.clear(address)
             route = Route(topic, nodes_of(resp.nodes))
             self._routes[topic] = route
             return route
@@ -308,6 +325,8 @@ class Client:
             return None
         while True:
             found = on_master(self.route(topic, refresh=True), target)
+            if found is not None and found.address == target.address and found.address in self._suspects:
+                found = found if self._answers(found.address) else None  # routes can name a paused master a while
             if found is not None:
                 if found.address == target.address:
                     time.sleep(0.05)  # the same member again (it had lost its quorum or lease a moment)
@@ -315,6 +334,14 @@ class Client:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.1)
+
+    def _answers(self, address: str) -> bool:
+        try:
+            self.stub(address).GetRoute(pb.GetRouteRequest(), timeout=PROBE_TIMEOUT_S, metadata=self.security.data_metadata() or None)
+        except grpc.RpcError:
+            return False
+        self._suspects.clear(address)
+        return True
 
     def _first_target(self, topic: str, route: Route, key: str | None, reorder: bool, deadline: float) -> tuple[Route, QueueRef]:
         """Where a send goes first. No node to take it (a key's group, or the only group, is
@@ -389,6 +416,7 @@ class Client:
                 if e.code not in RETRYABLE:
                     raise
                 route.mark_down(target.address)
+                self._suspects.mark(target.address)
                 tried.add(target.address)
                 moved = self._await_new_master(topic, target, deadline)
                 if moved is not None:  # the same queue, on its group's new master: order and key kept

@@ -17,6 +17,8 @@ import zlib
 from dataclasses import dataclass, field
 
 DOWN_FOR_S = 5.0
+SUSPECT_FOR_S = 30.0
+PROBE_TIMEOUT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,28 @@ class Route:
             if name_or_address in (n.name, n.address):
                 return n
         return None
+
+
+class Suspects:
+    """Addresses whose last call failed in transport (down, paused, cut off): asked for a route
+    only after every other, and a master that failed is sent to again only once it answers a
+    quick probe, so a paused master costs a client one timeout, not one per retry."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+
+    def mark(self, address: str) -> None:
+        self._since[address] = time.monotonic()
+
+    def clear(self, address: str) -> None:
+        self._since.pop(address, None)
+
+    def __contains__(self, address: str) -> bool:
+        at = self._since.get(address)
+        return at is not None and time.monotonic() - at < SUSPECT_FOR_S
+
+    def order(self, addresses: list[str]) -> list[str]:
+        return sorted(addresses, key=lambda a: a in self)  # stable: the given order otherwise
 
 
 def known_addresses(endpoints: list[str], routes) -> list[str]:
