@@ -49,6 +49,7 @@ bench: $(STAMP)
 soak: $(STAMP)
 	MSGSTORE_SOAK=1 $(PY) -m pytest -q tests/reliability --timeout 7200
 	MSGSTORE_HA_KILLS=200 $(PY) -m pytest -q tests/ha/test_crash_campaign.py --timeout 7200
+	MSGSTORE_NEMESIS_ROUNDS=200 $(PY) -m pytest -q -s tests/ha/test_nemesis.py --timeout 7200
 
 proto: $(STAMP)
 	$(PY) -m msgstore.api.protogen

@@ -269,3 +269,31 @@ def test_a_follower_of_a_silent_master_says_so_within_seconds(groups):
     finally:
         resume(master)
     wait_until(lambda: connected(c, follower), timeout=10, what="reconnected")
+
+
+def test_members_restarted_with_their_original_commands_take_up_the_roles_the_group_gave_them(groups):
+    """After a switchover the old master restarted with ``brokerRole=SYNC_MASTER`` follows the new
+    master instead of claiming its epoch (two masters at one epoch, found by the nemesis
+    campaign); the promoted follower restarted with ``--replica-of`` the old master is master again
+    once its group confirms no newer epoch exists."""
+    g = groups(3, master=SYNC + FAST, follower=FAST, peers=False)
+    old, a, b = g.members
+    c = Client([m.address for m in g.members], timeout=5, failover_timeout=20)
+    assert all(r.ok for r in c.send_batch("t", [OutMessage(b"before-%d" % i) for i in range(20)]))
+    caught_up(c, a, old)
+    promote(a)  # a switchover: old is fenced and repointed
+    wait_until(lambda: role(c, old).role == "SLAVE" and connected(c, old), timeout=20, what="the old master to follow")
+    old.kill()
+    old.start()  # its original command: --set brokerRole=SYNC_MASTER
+    wait_until(lambda: connected(c, old), timeout=20, what="the old master to follow again")
+    r = role(c, old)
+    assert r.role == "SLAVE" and r.master_address == a.address and r.epoch == 2
+    assert role(c, a).role == "MASTER" and role(c, a).epoch == 2
+    a.kill()
+    a.start()  # its original command: --replica-of the old master's address
+    wait_until(lambda: role(c, a).role == "MASTER" and not role(c, a).fenced, timeout=20, what="the promoted member to lead again")
+    assert role(c, a).epoch == 2
+    res = c.send("t", b"after both restarts")
+    assert res.ok and res.address == a.address
+    wait_until(lambda: connected(c, old) and connected(c, b), timeout=20, what="both followers back")
+    c.close()

@@ -55,8 +55,14 @@ class ServerProcess:
         tls_ca: str | None = None,
         tls_client: tuple[str, str] | None = None,
         name_flag: bool = True,
+        host: str = "127.0.0.1",
+        prefix: list[str] | None = None,
     ):
+        """``host``/``prefix``: the address to bind and what runs the command there (a
+        network namespace's ``ip netns exec NS``; tests/support/netns.py)."""
         self.data_dir = data_dir
+        self.host = host
+        self.prefix = list(prefix or [])
         self.port = port or free_port()
         self.metrics_port = free_port()
         self.settings = SMALL_STORE + list(settings or [])
@@ -71,7 +77,7 @@ class ServerProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
         cmd = [
@@ -82,7 +88,7 @@ class ServerProcess:
             "--data-dir",
             self.data_dir,
             "--host",
-            "127.0.0.1",
+            self.host,
             "--port",
             str(self.port),
             "--metrics-port",
@@ -100,7 +106,7 @@ class ServerProcess:
     def start(self, wait: bool = True) -> ServerProcess:
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"), **self.env)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(self.prefix + self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         log.close()
         if wait:
             self.wait_serving()

@@ -221,6 +221,7 @@ class StoreServer:
             channel=self._ha_channel,
             call_metadata=self._admin_metadata,
             address=self.advertise,
+            command_role=mine is None,
         )
         if mine is not None and mine.is_master and not replaced and replica.epochs.epoch < mine.epoch:
             replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)

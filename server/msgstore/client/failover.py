@@ -97,6 +97,7 @@ def promote(
     if cand.role == "MASTER" and not cand.fenced and (not epoch or cand.epoch == epoch):
         out.epoch, out.mode, out.status = cand.epoch, cand.mode, cand
         out.notes.append(f"{out.candidate} already is the master of {cand.group} at epoch {cand.epoch}")
+        _repoint_strays(quick, cand, candidate, out)  # a promotion interrupted after its Promote
         return out
     members = {m.name: m.address for m in cand.members if m.name != cand.node}
     if cand.master_address and cand.master_address not in members.values():
@@ -164,6 +165,22 @@ def promote(
         except StoreError as e:
             out.notes.append(f"{name} ({addr}) was not repointed ({e.code.name}): it learns of epoch {out.epoch} when it is back")
     return out
+
+
+def _repoint_strays(admins: _Admins, cand: apb.RoleStatus, candidate: str, out: Promotion) -> None:
+    """Point at the candidate every member that answers and neither follows it nor knows a newer
+    epoch: what a promotion stopped between its Promote and its repointing left undone."""
+    for m in cand.members:
+        if m.name == cand.node:
+            continue
+        r = _role(admins, m.address)
+        if r is None or r.epoch > cand.epoch or (r.role == "SLAVE" and r.master_address == candidate and r.epoch == cand.epoch):
+            continue
+        try:
+            admins.on(m.address).set_role(candidate, cand.epoch)
+            out.repointed.append(m.name)
+        except StoreError as e:
+            out.notes.append(f"{m.name} ({m.address}) was not repointed ({e.code.name}): it learns of epoch {cand.epoch} when it is back")
 
 
 def _catch_up(

@@ -80,8 +80,12 @@ class Follower:
                 raise
             except grpc.aio.AioRpcError as e:
                 log.info("replication stream from %s ended: %s %s", self.master_address, e.code().name, e.details())
+                if e.code() == grpc.StatusCode.FAILED_PRECONDITION or attempt >= 2:  # not a master (any more), or gone
+                    await self._seek_master()
             except MasterSilent as e:
                 log.warning("%s", e)
+                if attempt >= 2:
+                    await self._seek_master()
             except AppendError as e:  # a full disk, say: the master's SYNC puts time out meanwhile
                 log.warning("cannot write the copy of %s's log (%s: %s); retrying", self.master_address, e.status, e)
             except Exception:
@@ -89,6 +93,14 @@ class Follower:
             self.connected = False
             await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
             attempt += 1
+
+    async def _seek_master(self) -> None:
+        try:
+            await self.replica.seek_master()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("looking for the master of %s failed", self.replica.group)
 
     async def _write(self, offset: int, data: bytes) -> int:
         """Append in a worker thread; a cancellation (stop) still lets it finish (stop waits)."""

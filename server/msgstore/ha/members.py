@@ -28,9 +28,11 @@ class GroupMembers:
         self.node = node
         self.lock = threading.Lock()
         self.members: dict[str, str] = {}
+        self.last_role: dict = {}  # this member's role when it last ran: {"role", "epoch", "master" | "mode"}
         raw = read_json(self.path)
         if isinstance(raw, dict) and raw.get("group") == group and isinstance(raw.get("members"), dict):
             self.members = {str(k): str(v) for k, v in raw["members"].items()}
+            self.last_role = raw.get("role") if isinstance(raw.get("role"), dict) else {}
         self.members[node] = address
 
     @property
@@ -70,6 +72,15 @@ class GroupMembers:
             self._save()
             return True
 
+    def note_role(self, role: str, epoch: int, master: str = "", mode: str = "") -> None:
+        """What this member is now, for its next start (its command names only its first role)."""
+        state = {"role": role, "epoch": epoch, **({"master": master} if master else {}), **({"mode": mode} if mode else {})}
+        with self.lock:
+            if state == self.last_role:
+                return
+            self.last_role = state
+            self._save()
+
     def forget(self, name: str) -> bool:
         if name == self.node:
             raise ValueError("a member cannot forget itself")
@@ -81,4 +92,4 @@ class GroupMembers:
 
     def _save(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        write_atomic(self.path, json.dumps({"group": self.group, "members": self.members}, sort_keys=True, indent=1).encode())
+        write_atomic(self.path, json.dumps({"group": self.group, "members": self.members, "role": self.last_role}, sort_keys=True, indent=1).encode())

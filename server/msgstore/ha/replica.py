@@ -60,7 +60,10 @@ class Replica:
         channel: Callable[[str], grpc.aio.Channel],
         call_metadata: Callable[[], tuple],
         address: str = "",
+        command_role: bool = False,
     ):
+        """``command_role``: the role comes from the command line or config (not the operator's
+        roles file); it then applies to this member's first start only (see _resume_role)."""
         if broker_role not in ROLES:
             raise RoleError(f"brokerRole must be one of {', '.join(ROLES)}, got {broker_role!r}")
         self.store = store
@@ -76,6 +79,8 @@ class Replica:
         if dropped:
             log.warning("the epoch file named terms starting past the log's end (%d): %s; reconciled", store.commitlog.max_offset, dropped)
         self.members = GroupMembers(store.config_dir, group, node, address)
+        if command_role:
+            self._resume_role()
         self.tracker = ReplicaTracker()
         self.tracker.changed.append(self._state_changed)
         self.tracker.progressed = self._progressed
@@ -93,6 +98,36 @@ class Replica:
         self.apply_settings()
         # retention deleted the log below min_offset: terms that ended there go (truncateEpochFilePrefix(minPhyOffset - 1))
         store.cleaner.on_deleted.append(lambda min_offset: self.epochs.truncate_prefix(min_offset - 1))
+
+    def _resume_role(self) -> None:
+        """A member takes up the role it had when it stopped, not the one its command names: after
+        a failover a demoted master restarted with ``brokerRole=*_MASTER`` would otherwise claim
+        the epoch its successor holds, and a promoted follower restarted with ``--replica-of``
+        would leave its group without a master. (``msgstore admin promote`` / ``admin role``
+        change a member's role; the epoch check at start still applies.)"""
+        last = self.members.last_role
+        epoch = int(last.get("epoch") or 0)
+        if not last or epoch < self.epoch:
+            return
+        if self.role == MASTER and last.get("role") == SLAVE and last.get("master"):
+            log.warning(
+                "%s was following %s (epoch %d) when it stopped: it follows it again, whatever its command's brokerRole says "
+                "(msgstore admin promote makes it master)",
+                self.node,
+                last["master"],
+                epoch,
+            )
+            self.role, self.master_address = SLAVE, str(last["master"])
+        elif self.role == SLAVE and last.get("role") == MASTER and self.epoch and self.members.others():
+            log.warning(
+                "%s was the master of %s (epoch %d) when it stopped: it asks its group whether it still is before taking "
+                "writes, whatever its command's --replica-of says",
+                self.node,
+                self.group,
+                epoch,
+            )
+            # (it knows members to ask; one that knows nobody follows its command)
+            self.role, self.master_address, self.mode = MASTER, "", str(last.get("mode") or self.mode or "ASYNC")
 
     @property
     def is_master(self) -> bool:
@@ -127,6 +162,7 @@ class Replica:
                 self.epochs.append(1, self.store.commitlog.max_offset)
             self.group_epoch = max(self.group_epoch, self.epoch)
             self._take_office_gates(started=True)
+            self.members.note_role(MASTER, self.epoch, mode=self.mode)
             log.info("%s is the master of %s (%s), epoch %d", self.node, self.group, self.mode, self.epoch)
         elif self.master_address:
             self._follow(self.master_address)
@@ -158,6 +194,7 @@ class Replica:
         self.tracker.fail_waiters()
         self.follower = Follower(self, address)
         self.follower.start()
+        self.members.note_role(SLAVE, max(self.epoch, self.group_epoch), master=address)
         log.info("%s follows %s in %s", self.node, address, self.group)
 
     def _take_office_gates(self, started: bool) -> None:
@@ -234,11 +271,7 @@ class Replica:
                         log.exception("asking the members of %s for their epochs failed", self.group)
             await asyncio.sleep(HOUSEKEEPING_S)
 
-    async def _probe(self) -> None:
-        others = self.members.others()
-        if not others:
-            return
-
+    async def _ask_roles(self, members: dict[str, str]) -> dict[str, apb.RoleStatus | None]:
         async def ask(address: str) -> apb.RoleStatus | None:
             try:
                 stub = apbg.AdminStub(self.channel(address))
@@ -246,7 +279,35 @@ class Replica:
             except grpc.aio.AioRpcError:
                 return None
 
-        answers = dict(zip(others, await asyncio.gather(*(ask(a) for a in others.values()))))
+        return dict(zip(members, await asyncio.gather(*(ask(a) for a in members.values()))))
+
+    async def seek_master(self) -> None:
+        """A follower whose master refuses it (no longer a master) or stays out of reach: follow
+        the member that answers as its group's master at an epoch no older than any this one
+        knows (a follower restarted with its original ``--replica-of`` after a failover)."""
+        if self.is_master:
+            return
+        others = {n: a for n, a in self.members.others().items() if a != self.master_address}
+        if not others:
+            return
+        answers = await self._ask_roles(others)
+        known = max(self.epoch, self.group_epoch)
+        masters = [
+            a for a in answers.values() if a is not None and a.group == self.group and a.role == MASTER and not a.fenced and a.epoch >= known
+        ]
+        if not masters or self.is_master:
+            return
+        best = max(masters, key=lambda a: a.epoch)
+        if best.address and best.address != self.master_address:
+            log.warning("%s follows %s, its group's master at epoch %d (%s does not lead it)", self.node, best.address, best.epoch, self.master_address)
+            asyncio.ensure_future(self.follow(best.address, best.epoch))  # not awaited: it stops the follower that called
+
+    async def _probe(self) -> None:
+        others = self.members.others()
+        if not others:
+            return
+
+        answers = await self._ask_roles(others)
         if not self.is_master:
             return
         heard = {n: a for n, a in answers.items() if a is not None and a.group == self.group}
@@ -295,6 +356,7 @@ class Replica:
         else:  # a master moving to a new term (a controller bumping the epoch)
             take_office(self.store.commitlog.max_offset)
         self._take_office_gates(started=False)
+        self.members.note_role(MASTER, new, mode=mode)
         self._progressed()
         self._state_changed()
         end = self.store.commitlog.max_offset
