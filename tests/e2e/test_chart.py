@@ -20,7 +20,6 @@ import yaml
 
 from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.routing import QueueRef
-
 from tests.ha.ledger import Ledger, acked_on
 from tests.ha.ledger import Producer as LedgerProducer
 

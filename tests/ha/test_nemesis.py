@@ -259,7 +259,10 @@ def test_nemesis_campaign_loses_no_acknowledged_message(tmp_path, network, mode)
             assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}; {detail}"
         assert not ledger.two_bodies(held), detail
         assert len(ledger.acks) > 40 * len(schedule)
-        print(f"{mode} seed {seed}: {len(ledger.acks)} acks, {len(lost)} lost, {ledger.refused} refused, {ledger.errors} errors; {campaign.log}")
+        print(
+            f"{mode} seed {seed}: {len(ledger.acks)} acks, {len(lost)} lost, {ledger.refused} refused, {ledger.errors} errors;",
+            campaign.log,
+        )
     finally:
         for p in producers:
             p.halt()

@@ -92,4 +92,6 @@ class GroupMembers:
 
     def _save(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        write_atomic(self.path, json.dumps({"group": self.group, "members": self.members, "role": self.last_role}, sort_keys=True, indent=1).encode())
+        write_atomic(
+            self.path, json.dumps({"group": self.group, "members": self.members, "role": self.last_role}, sort_keys=True, indent=1).encode()
+        )

@@ -293,13 +293,21 @@ class Replica:
         answers = await self._ask_roles(others)
         known = max(self.epoch, self.group_epoch)
         masters = [
-            a for a in answers.values() if a is not None and a.group == self.group and a.role == MASTER and not a.fenced and a.epoch >= known
+            a
+            for a in answers.values()
+            if a is not None and a.group == self.group and a.role == MASTER and not a.fenced and a.epoch >= known
         ]
         if not masters or self.is_master:
             return
         best = max(masters, key=lambda a: a.epoch)
         if best.address and best.address != self.master_address:
-            log.warning("%s follows %s, its group's master at epoch %d (%s does not lead it)", self.node, best.address, best.epoch, self.master_address)
+            log.warning(
+                "%s follows %s, its group's master at epoch %d (%s does not lead it)",
+                self.node,
+                best.address,
+                best.epoch,
+                self.master_address,
+            )
             asyncio.ensure_future(self.follow(best.address, best.epoch))  # not awaited: it stops the follower that called
 
     async def _probe(self) -> None:
