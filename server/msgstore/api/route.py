@@ -22,7 +22,8 @@ from ..v1 import msgstore_pb2_grpc as pbg
 log = logging.getLogger(__name__)
 
 PEER_TIMEOUT_S = 0.5
-CACHE_S = 1.0
+CACHE_S = 0.5
+SILENT_CACHE_S = 2.0  # a peer that did not answer is not asked again sooner: routes stay fast while a member hangs
 DNS_REFRESH_S = 5.0
 
 
@@ -52,7 +53,8 @@ class PeerDirectory:
         self._resolved: list[str] = []
         self._resolved_at = 0.0
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._cache: dict[tuple[str, str], tuple[float, pb.NodeRoute]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, pb.NodeRoute]] = {}  # key -> (valid until, answer)
+        self._asking: dict[tuple[str, str], asyncio.Future] = {}  # one question in flight per peer and topic
 
     async def addresses(self) -> list[str]:
         """Every node's address, this one included, in a stable order."""
@@ -91,9 +93,20 @@ class PeerDirectory:
     async def peer_route(self, address: str, topic: str) -> pb.NodeRoute:
         key = (address, topic)
         hit = self._cache.get(key)
-        now = time.monotonic()
-        if hit is not None and now - hit[0] < CACHE_S:
+        if hit is not None and time.monotonic() < hit[0]:
             return hit[1]
+        asking = self._asking.get(key)
+        if asking is None:
+            asking = self._asking[key] = asyncio.ensure_future(self._ask(address, topic, hit))
+            asking.add_done_callback(lambda _f, k=key: self._asking.pop(k, None))
+        if hit is not None and not hit[1].ready:  # silent when last asked: say so now, the answer comes in the background
+            return hit[1]
+        node = pb.NodeRoute()
+        node.CopyFrom(await asyncio.shield(asking))  # callers adjust their copy (names of silent members)
+        return node
+
+    async def _ask(self, address: str, topic: str, hit: tuple[float, pb.NodeRoute] | None) -> pb.NodeRoute:
+        key = (address, topic)
         stub = pbg.MessageStoreStub(self._channel(address))
         try:
             resp = await stub.GetRoute(
@@ -110,7 +123,9 @@ class PeerDirectory:
             if previous is not None:  # what it was (name, group, role, queues), now not ready
                 node.CopyFrom(previous)
             node.ready = False
-        self._cache[key] = (now, node)
+            self._cache[key] = (time.monotonic() + SILENT_CACHE_S, node)
+            return node
+        self._cache[key] = (time.monotonic() + CACHE_S, node)
         return node
 
     async def close(self) -> None:

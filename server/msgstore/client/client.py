@@ -629,6 +629,8 @@ class Client:
     def admin(self, node: str | None = None) -> AdminClient:
         if node is None:
             address = self.endpoints[0]
+        elif ":" in node and node in known_addresses(self.endpoints, list(self._routes.values())):
+            address = node  # an address it knows: no route needed (a failover's admin calls must not wait for one)
         else:
             found = next((n for n in self.nodes() if node in (n.name, n.address)), None)
             address = found.address if found else node

@@ -33,7 +33,7 @@ from .admin import AdminClient
 from .connection import Security
 from .errors import StoreError
 
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 1.0  # a member that does not answer GetRole within this is treated as unreachable
 
 
 class PromotionRefused(Exception):
