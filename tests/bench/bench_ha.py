@@ -6,19 +6,28 @@
   GetRole every 50 ms), and how long it takes to catch up after the load stops;
 - failover time: a producer sends one message at a time to a 3-member SYNC group; the master is
   SIGKILLed; the harness (standing in for the operator, which waits failoverAfterSeconds first)
-  notices within its 100 ms health poll, promotes the follower holding the most and repoints the
-  other; measured from the kill to the producer's first acknowledged write (target ≤ 10 s median).
+  notices within its 100 ms health poll and runs what ``msgstore admin promote --force`` runs
+  (the follower holding the most, the other repointed first); measured from the kill to the
+  producer's first acknowledged write (target ≤ 10 s median);
+- a paused master (SIGSTOP: alive, silent), the harness waiting failoverAfterSeconds (3 s) of
+  failed health polls as the operator waits for the Lease to expire, then the same forced
+  promotion; from the pause to the first write the new master acknowledges (issue 20's target:
+  ≤ failoverAfterSeconds + 5 s median; the control-plane test measures the operator's own path);
+- a switchover under load (``admin promote`` of a follower while the master is healthy: fence,
+  catch up, promote, repoint): the longest gap between two acknowledged writes (target ≤ 2 s).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import tempfile
 import threading
 import time
 
 from msgstore.client import Client, StoreError
+from msgstore.client.failover import promote
 from tests.ha.conftest import Group
 from tests.support.servers import SMALL_STORE, ServerProcess
 
@@ -130,13 +139,8 @@ def failover_times(workdir: str, kills: int) -> list[float]:
             killed = time.monotonic()
             while master.health(timeout=0.1) is not None:  # the harness's health poll
                 time.sleep(0.1)
-            followers = [m for m in g.members if m is not master]
-            ends = {m.name: _retrying(harness.admin(m.address).role_pb).end_offset for m in followers}
-            new = max(followers, key=lambda m: ends[m.name])
-            harness.admin(new.address).promote(mode="SYNC")
-            for m in followers:
-                if m is not new:
-                    _retrying(lambda m=m, new=new: harness.admin(m.address).set_role(new.address))
+            new = _best_follower(harness, g, master)
+            promote(harness, new.address, force=True)
             while not acked or acked[-1] <= killed:
                 time.sleep(0.005)
             times.append(next(a for a in acked if a > killed) - killed)
@@ -151,11 +155,113 @@ def failover_times(workdir: str, kills: int) -> list[float]:
     return times
 
 
+def _best_follower(harness: Client, g: Group, master: ServerProcess) -> ServerProcess:
+    followers = [m for m in g.members if m is not master]
+    roles = {m.name: _retrying(harness.admin(m.address).role_pb) for m in followers}
+    return max(followers, key=lambda m: (m.name in roles[m.name].sync_state_set, roles[m.name].end_offset))
+
+
+class _Producer(threading.Thread):
+    """One message at a time, noting when each acknowledgement came and from where."""
+
+    def __init__(self, client: Client):
+        super().__init__(daemon=True)
+        self.client = client
+        self.acked: list[tuple[float, str]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                r = self.client.send("failover", b"x")
+                if r.status == "PUT_OK":
+                    self.acked.append((time.monotonic(), r.address))
+            except StoreError:
+                self.stop.wait(0.01)
+
+    def wait_acks(self, n: int) -> None:
+        target = len(self.acked) + n
+        while len(self.acked) < target:
+            time.sleep(0.01)
+
+
+def _group3(workdir: str, settings: list[str]) -> Group:
+    fast = ["haKeepaliveTimeout=1500"]
+    g = _defaults(Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, settings + fast, fast, peers=False))
+    return g.start()
+
+
+def paused_failover_times(workdir: str, rounds: int, after_s: float = 3.0) -> list[float]:
+    g = _group3(workdir, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"])
+    harness = g.client(timeout=2)
+    p = _Producer(Client([m.address for m in g.members], timeout=3, failover_timeout=30))
+    p.start()
+    times = []
+    master = g.members[0]
+    try:
+        for _ in range(rounds):
+            p.wait_acks(50)
+            os.kill(master.proc.pid, signal.SIGSTOP)
+            paused = time.monotonic()
+            silent_since = time.monotonic()
+            while time.monotonic() - silent_since < after_s:  # the operator: the Lease unrenewed for its duration
+                if master.health(timeout=0.2) is not None:
+                    silent_since = time.monotonic()
+                time.sleep(0.1)
+            new = _best_follower(harness, g, master)
+            promote(harness, new.address, force=True)
+            while not any(t > paused and a == new.address for t, a in p.acked[-50:]):
+                time.sleep(0.005)
+            times.append(next(t for t, a in p.acked if t > paused and a == new.address) - paused)
+            os.kill(master.proc.pid, signal.SIGCONT)  # it learns of the new epoch and follows
+            master = new
+    finally:
+        p.stop.set()
+        p.join(30)
+        for m in g.members:
+            if m.running:
+                os.kill(m.proc.pid, signal.SIGCONT)
+        harness.close()
+        p.client.close()
+        g.kill_all()
+    return times
+
+
+def switchover_stalls(workdir: str, rounds: int, mode: str) -> list[float]:
+    g = _group3(workdir, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"] if mode == "SYNC" else ["brokerRole=ASYNC_MASTER"])
+    harness = g.client(timeout=2)
+    p = _Producer(Client([m.address for m in g.members], timeout=3, failover_timeout=30))
+    p.start()
+    stalls = []
+    master = g.members[0]
+    try:
+        for _ in range(rounds):
+            p.wait_acks(200)
+            new = _best_follower(harness, g, master)
+            before = len(p.acked)
+            started = time.monotonic()
+            promote(harness, new.address)
+            p.wait_acks(200)
+            window = [t for t, _ in p.acked[before - 1 :]]
+            stalls.append(max(b - a for a, b in zip(window, window[1:])) if len(window) > 1 else time.monotonic() - started)
+            master = new
+    finally:
+        p.stop.set()
+        p.join(30)
+        harness.close()
+        p.client.close()
+        g.kill_all()
+    return stalls
+
+
 def run(workdir: str) -> list[Measure]:
     total = max(20_000, int(200_000 * SCALE))
     alone, sync = throughput(workdir, total)
     peaks, catch_up = async_lag(workdir, total)
     failover = failover_times(workdir, max(3, REPEAT * 2))
+    paused = paused_failover_times(workdir, max(3, REPEAT * 2))
+    stall_sync = switchover_stalls(workdir, max(3, REPEAT * 2), "SYNC")
+    stall_async = switchover_stalls(workdir, max(3, REPEAT * 2), "ASYNC")
     return [
         Measure("ha: batched send 1 KiB, unreplicated node", "msg/s", alone),
         Measure("ha: batched send 1 KiB, SYNC master + 1 follower", "msg/s", sync),
@@ -163,4 +269,7 @@ def run(workdir: str) -> list[Measure]:
         Measure("ha: ASYNC follower's peak lag under that load", "KiB", peaks),
         Measure("ha: ASYNC follower catches up after the load", "s", catch_up),
         Measure("ha: failover, master SIGKILL → first accepted write", "s", failover, "target ≤ 10 (median)"),
+        Measure("ha: master paused → new master acks (failoverAfter 3 s)", "s", paused, "target ≤ 8 (median)"),
+        Measure("ha: switchover under load, longest stall (SYNC)", "s", stall_sync, "target ≤ 2"),
+        Measure("ha: switchover under load, longest stall (ASYNC)", "s", stall_async, "target ≤ 2"),
     ]
