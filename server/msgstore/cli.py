@@ -11,8 +11,8 @@ import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
 
 from .output import body_text as _body_text
 from .output import emit as _emit
@@ -59,6 +59,15 @@ def _client(args, send_streams: bool = True):
 def _note(text: str) -> None:
     """A correction or a warning for the person at the terminal (stderr; never mixed into --json)."""
     print(text, file=sys.stderr)
+
+
+def _notice(args, kind: str, text: str, **fields: Any) -> None:
+    """Something the output alone does not show (no match, a cut-off): a line on stderr, a
+    JSON object there with ``--json`` so that a script reading stdout's messages can see it."""
+    if getattr(args, "json", False):
+        print(json.dumps({"notice": kind, "message": text, **fields}), file=sys.stderr)
+    else:
+        _note(text)
 
 
 def _partial(skipped: list[str], what: str) -> int:
@@ -273,36 +282,51 @@ def cmd_pull(args) -> int:
                             committed[q] = off
                 if not args.follow and (not batch or out.count >= args.max):
                     if out.count >= args.max and batch:
-                        _note(f"stopped after {args.max} messages (--max); more may follow")
+                        _notice(args, "max", f"stopped after {args.max} messages (--max); more may follow", max=args.max)
                     break
         except KeyboardInterrupt:
             pass
-    if not out.count and not args.json and not args.follow:
-        _note("no messages")
+    if not out.count and not args.follow:
+        _notice(args, "no messages", "no messages")
     return _partial(skipped, "its queues were not read")
 
 
 def cmd_query(args) -> int:
+    """A bounded answer (``--max``), so ``--json`` prints one JSON array, ``[]`` when nothing
+    matched; ``pull``, which may follow forever, prints one object per line instead."""
     with _client(args) as c:
+        listed_without: list[str] = []
+        if args.topic not in c.topics(skipped=listed_without) and not listed_without:
+            if args.json:
+                print("[]")
+            print(f"error: no topic {args.topic!r} on any node (msgstore topics list shows them)", file=sys.stderr)
+            return 1
         skipped: list[str] = []
         found = c.query(args.topic, args.key, args.max, skipped=skipped)
-    out = MessagePrinter(args.json)
-    for node, m in found:
-        out.print(
-            {
-                "node": node,
-                "queue": m.queue_id,
-                "offset": m.queue_offset,
-                "msg_id": m.msg_id,
-                "tags": m.tags,
-                "keys": " ".join(m.keys),
-                "store_time": _ms(m.store_timestamp),
-                "body": _body_text(m.body),
-            }
-        )
+    rows = [
+        {
+            "node": node,
+            "queue": m.queue_id,
+            "offset": m.queue_offset,
+            "msg_id": m.msg_id,
+            "tags": m.tags,
+            "keys": " ".join(m.keys),
+            "store_time": _ms(m.store_timestamp),
+            "body": _body_text(m.body),
+        }
+        for node, m in found
+    ]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        out = MessagePrinter(False)
+        for row in rows:
+            out.print(row)
+    if not rows:
+        _notice(args, "no messages", f"no messages with key {args.key!r} in topic {args.topic!r}")
     if _partial(skipped, "it was not searched"):
         return 1
-    return 0 if found else 1
+    return 0 if rows else 1
 
 
 def cmd_topics(args) -> int:
@@ -675,7 +699,7 @@ def cmd_fsck(args) -> int:
 
 def cmd_serve(args) -> int:
     from . import logs
-    from .api.server import PortInUse, ServerOptions, serve
+    from .api.server import ServerOptions, StartError, serve
     from .store.config import ConfigError
 
     logs.setup(args.log_format, args.log_level)
@@ -715,7 +739,7 @@ def cmd_serve(args) -> int:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
         return 0
-    except PortInUse as e:  # one line, not a traceback
+    except StartError as e:  # one line, not a traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
 
@@ -723,10 +747,42 @@ def cmd_serve(args) -> int:
 # ------------------------------------------------------------------------------------------- parser
 
 
+def _port(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a TCP port (0 = any free one, -1 = off where ``lowest`` allows)."""
+
+    def parse(text: str) -> int:
+        try:
+            port = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+        if not lowest <= port <= 65535:
+            raise argparse.ArgumentTypeError(f"{port} is out of range: a port is 0-65535" + (" (-1 = off)" if lowest < 0 else ""))
+        return port
+
+    return parse
+
+
+def _address(text: str) -> str:
+    from .client.connection import check_endpoint
+
+    try:
+        return check_endpoint(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _addresses(text: str) -> str:
+    for part in text.split(","):
+        if part.strip():
+            _address(part.strip())
+    return text
+
+
 def _connection_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection")
     g.add_argument(
         "--server",
+        type=_addresses,
         default=os.environ.get("MSGSTORE_SERVER", DEFAULT_SERVER),
         help="host:port of any node, comma-separated for several (env MSGSTORE_SERVER)",
     )
@@ -755,6 +811,10 @@ class _Parser(argparse.ArgumentParser):
         # SUPPRESS: a subcommand that is not given --json leaves the main parser's value alone
         self.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
 
+    def error(self, message: str) -> NoReturn:
+        """One line naming the flag, as every other refusal of ours (the usage is a --help away)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="msgstore", description=__doc__.splitlines()[0])
@@ -764,8 +824,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run a store node")
     s.add_argument("--data-dir", default=os.environ.get("MSGSTORE_DATA_DIR", "./data"), help="store root (default ./data)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a cluster)")
-    s.add_argument("--port", type=int, default=10911, help="gRPC port (0 = any free port)")
-    s.add_argument("--advertise", help="host:port others use to reach this node (default POD_IP or host, and port)")
+    s.add_argument("--port", type=_port(0), default=10911, help="gRPC port (0 = any free port)")
+    s.add_argument("--advertise", type=_address, help="host:port others use to reach this node (default POD_IP or host, and port)")
     s.add_argument("--node-name", help="node name in routes (default POD_NAME or the hostname)")
     s.add_argument("--config", help="store config file: JSON, or key=value lines as RocketMQ's broker.conf")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="store setting, e.g. --set flushDiskType=SYNC_FLUSH")
@@ -775,15 +835,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-cert", help="server certificate (enables TLS)")
     s.add_argument("--tls-key", help="server key")
     s.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
-    s.add_argument("--peers", help="other nodes, comma-separated host:port")
-    s.add_argument("--peers-dns", help="host:port of a headless Service listing the nodes")
+    s.add_argument("--peers", type=_addresses, help="other nodes, comma-separated host:port")
+    s.add_argument("--peers-dns", type=_address, help="host:port of a headless Service listing the nodes")
     s.add_argument("--peers-file", help="file of host:port lines, re-read when it changes")
-    s.add_argument("--metrics-port", type=int, default=10912, help="Prometheus port (-1 = off)")
+    s.add_argument("--metrics-port", type=_port(-1), default=10912, help="Prometheus port (-1 = off)")
     s.add_argument("--metrics-host", help="address for the metrics endpoint (default: --host)")
     s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
     s.add_argument("--lock-wait", type=float, default=30.0, help="seconds to wait for a previous process to release the data directory")
     s.add_argument("--group", help="replica group this node belongs to (default: its node name, a group of one)")
-    s.add_argument("--replica-of", metavar="HOST:PORT", help="follow this master (brokerRole SLAVE): a byte-for-byte copy of its log")
+    s.add_argument(
+        "--replica-of", metavar="HOST:PORT", type=_address, help="follow this master (brokerRole SLAVE): a byte-for-byte copy of its log"
+    )
     s.add_argument("--roles-file", help="the operator's roles of every replica group (JSON), followed when it changes")
     s.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("MSGSTORE_LOG_FORMAT", "text"))
     s.add_argument("--log-level", default="info")
@@ -820,7 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--node", help="one node")
     s.add_argument("--from", dest="start", help="earliest | latest | OFFSET | ISO time (default: earliest, or where --group left off)")
     s.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages")
-    s.add_argument("--max", type=int, default=100, help="stop after this many (without --follow)")
+    s.add_argument("--max", type=int, default=100, help="stop after this many messages (default 100; --follow has no limit)")
     s.add_argument("--tag-filter", help="'TagA || TagB'")
     s.add_argument("--group", help="commit progress as this consumer group")
     _connection_options(s)
@@ -829,7 +891,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("query", help="find messages by key")
     s.add_argument("topic")
     s.add_argument("--key", required=True)
-    s.add_argument("--max", type=int, default=32)
+    s.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
     _connection_options(s)
     s.set_defaults(fn=cmd_query)
 
@@ -863,7 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--node", help=node_help)
     _connection_options(a)
     a = asub.add_parser("role", help="a member's role in its replica group; --replica-of makes it follow that master")
-    a.add_argument("--replica-of", metavar="HOST:PORT", help="follow this master (after cutting back what it never had)")
+    a.add_argument("--replica-of", metavar="HOST:PORT", type=_address, help="follow this master (after cutting back what it never had)")
     a.add_argument("--forget", metavar="NAME", help="a member that left the group for good: no longer counted in its majority")
     a.add_argument("--node", help="the member (default: the node --server names)")
     _connection_options(a)

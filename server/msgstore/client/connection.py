@@ -77,7 +77,21 @@ def aio_channel(address: str, security: Security) -> grpc.aio.Channel:
 def split_endpoints(endpoints: str | list[str]) -> list[str]:
     if isinstance(endpoints, str):
         endpoints = endpoints.split(",")
-    out = [e.strip() for e in endpoints if e and e.strip()]
+    out = [check_endpoint(e.strip()) for e in endpoints if e and e.strip()]
     if not out:
         raise ValueError("give at least one endpoint (host:port)")
     return out
+
+
+def check_endpoint(address: str) -> str:
+    """``host:port`` with a port gRPC can dial, else ValueError. gRPC itself takes a port of
+    99999 modulo 65536 and dials some other server; gRPC target URIs (``dns:///...``,
+    ``unix:...``) pass as they are."""
+    if "://" in address or address.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or host in ("[]",):
+        raise ValueError(f"address {address!r}: expected host:port")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"address {address!r}: the port must be 1-65535")
+    return address
