@@ -32,7 +32,7 @@ from ..ha.lease import LeaseKeeper
 from ..ha.replica import Replica, RoleError
 from ..ha.roles import RolesFile
 from ..record import codec
-from ..store import MessageStore
+from ..store import MessageStore, StoreDirError, StoreLockedError
 from ..store.config import ConfigError, parse_assignments
 from ..v1 import admin_pb2, ha_pb2, msgstore_pb2
 from . import validation as v
@@ -120,7 +120,11 @@ def _safe_parser(cls):
     return parse
 
 
-class PortInUse(RuntimeError):
+class StartError(RuntimeError):
+    """The server cannot start; the message is one line for the person who started it."""
+
+
+class PortInUse(StartError):
     """A port to listen on is taken (or the address is not local); the message names the flag."""
 
 
@@ -137,6 +141,7 @@ class StoreServer:
         self.stopping = False
         self.recovery_error: str | None = None
         self.ready = threading.Event()
+        self.give_up = threading.Event()  # stop waiting for the data directory's lock
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.waiters: ArrivalWaiters | None = None
@@ -155,9 +160,7 @@ class StoreServer:
         if self.recovery_error:
             return f"store failed to start: {self.recovery_error}"
         if not self.ready.is_set():
-            rep = self.store.recovery_report
-            if rep.state == "waiting-for-lock":
-                return f"waiting for another process to release {self.store.root}"
+            rep = self.store.recovery_report  # (the data directory's lock is taken before listening)
             return f"store is recovering ({rep.mode}, {rep.progress:.0%})"
         return None
 
@@ -386,6 +389,7 @@ class StoreServer:
     async def start(self) -> None:
         o = self.options
         loop = asyncio.get_running_loop()
+        await self._lock_data_dir(loop)
         self.waiters = ArrivalWaiters(loop)
         data_token = TokenSource.of(o.data_token)
         metadata = (lambda: (("authorization", f"Bearer {data_token.current()}"),)) if data_token else (lambda: ())
@@ -434,8 +438,26 @@ class StoreServer:
                     f"cannot serve metrics on {o.metrics_host or o.host}:{o.metrics_port} (--metrics-port): {e.strerror}"
                 ) from None
         await self.server.start()
-        log.info("listening", extra={"address": address, "node": self.node_name, "advertise": self.advertise})
+        bound = f"[{o.host}]:{self.bound_port}" if ":" in o.host else f"{o.host}:{self.bound_port}"
+        log.info("listening", extra={"address": bound, "node": self.node_name, "advertise": self.advertise})
         loop.create_task(self._recover())
+
+    async def _lock_data_dir(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hold the data directory before listening: a second process on it then says at once
+        whose lock it waits for, and never answers on a port it cannot back."""
+
+        def waiting(holder: str) -> None:
+            log.warning(
+                "waiting for the lock on %s held by %s (--lock-wait %gs)",
+                self.store.root,
+                f"pid {holder}" if holder else "another process",
+                self.options.lock_wait_s,
+            )
+
+        try:
+            await loop.run_in_executor(None, self.store.lock, self.options.lock_wait_s, waiting, self.give_up)
+        except (StoreLockedError, StoreDirError) as e:
+            raise StartError(str(e)) from None
 
     async def _recover(self) -> None:
         loop = asyncio.get_running_loop()
@@ -517,11 +539,22 @@ async def serve(options: ServerOptions, started: asyncio.Event | None = None) ->
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
+    starting = asyncio.create_task(server.start())
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # a SIGTERM while waiting for the data directory's lock
+        server.give_up.set()
+    try:
+        await starting
+    except StartError:
+        await loop.run_in_executor(None, server.store.shutdown)  # lets go of the lock, if taken
+        if stop.is_set():
+            return 0
+        raise
     if started is not None:
         started.set()
     failed = asyncio.create_task(_watch_failure(server))
-    await asyncio.wait([asyncio.create_task(stop.wait()), failed], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
     await server.stop()
     return 1 if server.recovery_error else 0
 

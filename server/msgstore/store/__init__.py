@@ -8,7 +8,7 @@ from .clock import Clock, DiskProbe, FixedDiskProbe, ManualClock
 from .config import ConfigError, ConfigUpdate, StoreConfig
 from .recovery import RecoveryReport
 from .results import GetResult, GetStatus, PutResult, PutStatus, Unavailable
-from .store import MessageStore, StoreLockedError, StoreStateError
+from .store import MessageStore, StoreDirError, StoreLockedError, StoreStateError
 
 __all__ = [
     "Clock",
@@ -27,6 +27,7 @@ __all__ = [
     "PutStatus",
     "Unavailable",
     "MessageStore",
+    "StoreDirError",
     "StoreLockedError",
     "StoreStateError",
 ]

@@ -6,6 +6,7 @@ services) → puts and gets → :meth:`shutdown` (drain, flush, persist, remove 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -41,6 +42,38 @@ MAX_SCAN_UNITS = 800  # consume-queue units looked at per pull, matched or not
 
 class StoreLockedError(RuntimeError):
     """Another process has this store root open."""
+
+    def __init__(self, message: str, holder: str = ""):
+        super().__init__(message)
+        self.holder = holder  # its pid, as it wrote it into the lock file ("" when unknown)
+
+
+class StoreDirError(OSError):
+    """The store root cannot be used: not a directory, read-only, not ours to write."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the sentence naming the path, without "[Errno 20]"
+
+
+def _prepare_root(root: str) -> None:
+    """Create the root, naming the path and what is wrong with it when that fails (an errno
+    alone, ``File exists`` for a regular file, says neither)."""
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise StoreDirError(errno.ENOTDIR, f"data directory {root} is not a directory")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:
+        raise _dir_error(root, e) from None
+
+
+def _dir_error(root: str, e: OSError) -> StoreDirError:
+    if isinstance(e, (FileExistsError, NotADirectoryError)):
+        return StoreDirError(errno.ENOTDIR, f"data directory {root}: a parent of it is not a directory")
+    if e.errno == errno.EROFS:
+        return StoreDirError(e.errno, f"data directory {root} is read-only (its file system is mounted read-only)")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return StoreDirError(e.errno, f"data directory {root} is read-only for this user (uid {os.getuid()})")
+    return StoreDirError(e.errno, f"data directory {root}: {e.strerror}")
 
 
 class StoreStateError(RuntimeError):
@@ -122,25 +155,39 @@ class MessageStore:
 
     # ================================================================== lifecycle
 
-    def start(self, lock_wait_s: float = 0.0) -> MessageStore:
-        """Lock the root, load everything, recover and start the services.
+    def lock(self, wait_s: float = 0.0, on_wait: Callable[[str], None] | None = None, give_up: threading.Event | None = None) -> None:
+        """Take the root's lock, creating the root if need be; ``start()`` does it when not done.
 
-        ``lock_wait_s``: how long to wait for another process to let go of the root (a previous
-        instance still shutting down) before failing with :class:`StoreLockedError`.
+        A server takes it before it listens, so that a second process on the same directory
+        says at once whose lock it waits for instead of serving a port it cannot back.
+        ``wait_s``: how long to wait for another process to let go (a previous instance still
+        shutting down) before failing with :class:`StoreLockedError`; ``on_wait`` hears once
+        who holds it; ``give_up`` set ends the wait early (a SIGTERM meanwhile). A root that is a
+        file, or read-only, fails with :class:`StoreDirError`.
         """
-        if self.state != "created":
-            raise StoreStateError(f"store is {self.state}")
-        os.makedirs(self.root, exist_ok=True)
-        deadline = time.monotonic() + lock_wait_s
+        if self._lock_fd is not None:
+            return
+        _prepare_root(self.root)
+        deadline = time.monotonic() + wait_s
+        told = False
         while True:
             try:
                 self._acquire_lock()
-                break
-            except StoreLockedError:
-                if time.monotonic() >= deadline:
+                return
+            except StoreLockedError as e:
+                if time.monotonic() >= deadline or (give_up is not None and give_up.is_set()):
                     raise
                 self.recovery_report.state = "waiting-for-lock"
+                if on_wait is not None and not told:
+                    on_wait(e.holder)
+                    told = True
                 time.sleep(0.1)
+
+    def start(self, lock_wait_s: float = 0.0) -> MessageStore:
+        """Lock the root (unless :meth:`lock` did), load everything, recover and start the services."""
+        if self.state != "created":
+            raise StoreStateError(f"store is {self.state}")
+        self.lock(lock_wait_s)
         last_exit_ok = True
         created_abort = False
         try:
@@ -199,7 +246,10 @@ class MessageStore:
 
     def _acquire_lock(self) -> None:
         path = self.layout.lock_path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _dir_error(self.root, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -208,7 +258,7 @@ class MessageStore:
             finally:
                 os.close(fd)
             raise StoreLockedError(
-                f"store directory {self.root} is in use by another process" + (f" (pid {holder})" if holder else "")
+                f"store directory {self.root} is in use by another process" + (f" (pid {holder})" if holder else ""), holder
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -336,7 +386,10 @@ class MessageStore:
 
     def shutdown(self) -> None:
         """Clean shutdown: refuse new work, drain, flush everything, persist, remove ``abort``."""
-        if self.state in ("shutdown", "created"):
+        if self.state == "created":
+            self._release_lock()  # locked by lock(), never started
+            return
+        if self.state == "shutdown":
             return
         if self.state != "running":
             self._close_files()
