@@ -156,6 +156,12 @@ class AsyncConsumer:
             elif offsets is not None and q in offsets:
                 lo, hi = offsets[q]
                 self.positions[q] = lo if self.start_at == "earliest" else hi
+                if self.progress_group:  # where the group starts, recorded (as Consumer does)
+                    try:
+                        await self.client.commit(self.progress_group, self.topic, q, self.positions[q])
+                        self._committed[q] = self.positions[q]
+                    except StoreError:
+                        pass
 
     async def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         if self._closed:

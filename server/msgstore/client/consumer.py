@@ -196,6 +196,15 @@ class Consumer:
             elif offsets is not None and q in offsets:
                 lo, hi = offsets[q]
                 self.positions[q] = lo if self.start == "earliest" else hi
+                if self.progress_group:
+                    # record where the group starts, as RocketMQ's offset store does: the next
+                    # holder starts there too (not at its own "latest"), and `msgstore groups`
+                    # shows a committed offset for every queue a member has held
+                    try:
+                        self.client.commit(self.progress_group, self.topic, q, self.positions[q])
+                        self._committed[q] = self.positions[q]
+                    except StoreError:
+                        pass  # committed with the next commit() instead
 
     def assignment(self) -> list[QueueRef]:
         """The queues this consumer reads now."""
