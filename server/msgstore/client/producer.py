@@ -3,8 +3,10 @@
 ``send()`` only queues the message and returns a future; a sender thread collects what
 arrived within ``linger_ms`` (or ``max_batch`` messages), splits it by target queue and sends
 each batch, the batches for different queues in parallel. A loop of single sends thus costs one
-RPC per batch instead of one per message. Messages without a key go to one queue per batch,
-the next batch to the next queue, so batches stay large; keyed messages go by key hash.
+RPC per batch instead of one per message. Messages without a key fill one queue's batch
+(``max_batch``), then the next queue's (Kafka's sticky partitioner), so batches stay large
+and keyless load spreads evenly over every (node, queue) over time; keyed messages go by key
+hash.
 
 ``send()`` is kept cheap on purpose: a lock-free append, and a future that allocates nothing
 to wait on until someone actually waits (``concurrent.futures.Future`` builds a Condition and
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -81,6 +84,7 @@ class Producer:
         self.max_batch = max_batch
         self.max_buffered = max_buffered
         self._items: collections.deque = collections.deque()
+        self._turn = itertools.count()  # the next keyless batch's queue, round robin
         self._wake = threading.Event()
         self._idle = False
         self._closed = False
@@ -197,13 +201,14 @@ class Producer:
     def _send(self, batch: list) -> None:
         groups: dict[tuple[str, QueueRef, bool], list] = {}
         failures = []
-        sticky: dict[str, QueueRef] = {}  # messages without a key share one queue per batch (Kafka's sticky partitioner)
+        sticky: dict[str, tuple[QueueRef, int]] = {}  # keyless: a queue until max_batch messages went to it
         for topic, key, msg, fut in batch:
             try:
                 if key is None:
-                    target = sticky.get(topic)
-                    if target is None:
-                        target = sticky[topic] = self.client.route(topic).pick()
+                    target, filled = sticky.get(topic) or (None, 0)
+                    if target is None or filled >= self.max_batch:
+                        target, filled = self.client.route(topic).pick(turn=next(self._turn)), 0
+                    sticky[topic] = (target, filled + 1)
                 else:
                     target = self.client.route(topic).pick(key, reorder=self.reorder)
             except (StoreError, LookupError) as e:  # no route, or the key's queue is down: fail just these messages

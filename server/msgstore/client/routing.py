@@ -144,9 +144,12 @@ class Route:
         node = self.node(q.address)
         return node is not None and node.ready and self._down.get(q.address, 0) <= time.monotonic()
 
-    def pick(self, key: str | None = None, exclude: set[str] | frozenset = frozenset(), reorder: bool = False) -> QueueRef:
-        """Round robin over the usable queues; with a key, the key's queue (raising
-        :class:`KeyQueueDown` when its node is down, unless ``reorder`` allows another one)."""
+    def pick(
+        self, key: str | None = None, exclude: set[str] | frozenset = frozenset(), reorder: bool = False, turn: int | None = None
+    ) -> QueueRef:
+        """Round robin over the usable queues (``turn``: the caller's own count, which outlives
+        this route's refreshes); with a key, the key's queue (raising :class:`KeyQueueDown`
+        when its node is down, unless ``reorder`` allows another one)."""
         if key is not None:
             q = self.for_key(key)
             if self.is_up(q) and q.address not in exclude:
@@ -158,7 +161,7 @@ class Route:
             raise LookupError(f"no ready node serves topic {self.topic}")
         if key is not None:
             return qs[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(qs)]
-        return qs[next(self._counter) % len(qs)]
+        return qs[(next(self._counter) if turn is None else turn) % len(qs)]
 
     def mark_down(self, address: str) -> None:
         with self._lock:
