@@ -37,8 +37,8 @@ def test_send_pull_query_round_trip(server, tmp_path):
     assert run("pull", "cli", "--from", "latest", *s).stderr.decode().strip() == "no messages"
     future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
     assert run("pull", "cli", "--from", future, *s).stderr.decode().strip() == "no messages"
-    found = [json.loads(line) for line in run("query", "cli", "--key", "k-1", "--json", *s).stdout.decode().splitlines()]
-    assert [r["body"] for r in found] == ["from an argument"]  # one object per line, as pull (--json after the command too)
+    found = json.loads(run("query", "cli", "--key", "k-1", "--json", *s).stdout)
+    assert [r["body"] for r in found] == ["from an argument"]  # one JSON array: a bounded answer (--json after the command too)
     assert run("query", "cli", "--key", "nope", *s, check=False).returncode == 1
 
 
