@@ -14,6 +14,7 @@ import grpc
 from .. import wire
 from ..record import codec
 from ..store import GetStatus, PutStatus, Unavailable
+from ..store.limits import ResourceLimit
 from ..store.results import GetResult, failed
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
@@ -230,8 +231,9 @@ class DataPlane(GroupHandlers):
         ):  # nothing stored: fail the call
             res = outcomes[0][1]
             full = res.unavailable is Unavailable.DISK_FULL
+            limit = res.unavailable is Unavailable.RESOURCE_LIMIT
             raise Refused(
-                grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.RESOURCE_EXHAUSTED if full or limit else grpc.StatusCode.UNAVAILABLE,
                 f"{DISK_FULL}: {res.reason}" if full else res.reason,
             )
         m = self.server.metrics
@@ -530,7 +532,11 @@ class DataPlane(GroupHandlers):
         await self._ready(context)
         topic = v.check_topic(request.topic)
         queues = v.check_range(request.queues, "queues", 0, 1024) or None
-        return _topic_pb(self.store.create_topic(topic, queues))
+        try:
+            return _topic_pb(self.store.create_topic(topic, queues))
+        except ResourceLimit as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+            raise
 
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:
         await self._ready(context)

@@ -101,6 +101,8 @@ KEYS: dict[str, KeySpec] = {
     "flushIntervalConsumeQueue": _k(1_000, True, "ms between consume-queue and checkpoint flushes", 1),
     "flushConsumeQueueLeastPages": _k(2, True, "dirty pages before a consume-queue flush", 0),
     "flushConsumeQueueThoroughInterval": _k(60_000, True, "ms after which consume queues are fully flushed", 0),
+    "queueStateInterval": _k(10_000, True, "ms between saves of the consume queues' ends (consumequeue/state.json)", 0),
+    "maxOpenQueueFiles": _k(1_024, False, "consume-queue files open at once (a pool; more are reopened on use)", 16, 1_000_000),
     "flushConsumerOffsetInterval": _k(5_000, True, "ms between consumer-offset persists", 1),
     "osPageCacheBusyTimeOutMills": _k(1_000, True, "ms the append lock may be awaited before OS_PAGE_CACHE_BUSY", 1),
     # hot: messages and queries

@@ -154,7 +154,10 @@ class Dispatcher(ServiceThread):
             # the same offset (dispatch is idempotent).
             self.failures += 1
             log.error("dispatch failed at %d: %s", self.reput_from, e)
-            self.flags.mark(Unavailable.INDEX_FILE_ERROR if isinstance(e, IndexFileError) else Unavailable.LOGICS_QUEUE_ERROR)
+            self.flags.mark(
+                Unavailable.INDEX_FILE_ERROR if isinstance(e, IndexFileError) else Unavailable.LOGICS_QUEUE_ERROR,
+                f"{e} (dispatch retries from commit-log offset {self.reput_from})",
+            )
             self._stopped.wait(min(1.0, 0.05 * self.failures))
         with self._idle:
             self._idle.notify_all()

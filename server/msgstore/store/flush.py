@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
-from .consume_queue import ConsumeQueue
+from .queue_table import QueueTable
 from .service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -52,16 +52,10 @@ def commit_all(commitlog: CommitLog, least_pages: int) -> bool:
     return moved
 
 
-def flush_consume_queues(queues: Iterable[ConsumeQueue], checkpoint: Checkpoint, logics_timestamp: int, least_pages: int) -> None:
-    """Flush every consume queue, then the checkpoint (its logics time only once the queues
-    holding messages up to it are on disk)."""
-    for cq in queues:
-        try:
-            for _ in range(len(cq.segments.segments) + 1):
-                if cq.flush(least_pages):
-                    break
-        except ValueError:  # destroyed meanwhile
-            continue
+def flush_consume_queues(queues: QueueTable, checkpoint: Checkpoint, logics_timestamp: int, least_pages: int) -> None:
+    """Flush the consume queues written since the last pass, then the checkpoint (its logics
+    time only once the queues holding messages up to it are on disk)."""
+    queues.flush_dirty(least_pages)
     if logics_timestamp:
         checkpoint.logics_msg_timestamp = logics_timestamp
     checkpoint.flush()

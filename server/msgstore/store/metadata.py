@@ -172,21 +172,24 @@ class TopicTable(JsonFile):
         return self.topics.get(topic)
 
     def put(self, cfg: TopicConfig) -> TopicConfig:
+        """Durable on return; concurrent creations share one write (12,500 topics one by one
+        would rewrite a growing file 12,500 times)."""
         with self.lock:
-            self.topics[cfg.name] = cfg
+            self.topics = {**self.topics, cfg.name: cfg}  # replaced, never changed in place: readers iterate it unlocked
             self.data_version += 1
-            self.changed()
-        self.persist()
+            change = self.changed()
+        self.persist_change(change)
         return cfg
 
     def delete(self, topic: str) -> bool:
         with self.lock:
-            gone = self.topics.pop(topic, None) is not None
+            gone = topic in self.topics
             if gone:
+                self.topics = {n: t for n, t in self.topics.items() if n != topic}
                 self.data_version += 1
-                self.changed()
+                change = self.changed()
         if gone:
-            self.persist()
+            self.persist_change(change)
         return gone
 
 

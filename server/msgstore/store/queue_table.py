@@ -4,6 +4,10 @@ message takes (the reference's consume-queue table and topic-queue table).
 The map is replaced, never changed in place, so readers take it without a lock; creation and
 removal take the table's lock. Appends to one queue are serialised by that queue's lock, which
 the write path holds while it assigns queue offsets.
+
+Cost follows traffic, not the number of queues (issue 21): the queues' files are reached
+through one bounded pool of descriptors, only the queues written since the last flush are
+flushed, and a start takes the queues' ends from the saved state instead of their files.
 """
 
 from __future__ import annotations
@@ -14,18 +18,24 @@ import threading
 
 from .clock import Clock
 from .consume_queue import ConsumeQueue
+from .file_pool import FilePool
 from .layout import StoreLayout
+from .queue_state import QueueRecord, QueueState
 from .segment import Syncer, msync
 
 QueueKey = tuple[str, int]
 
 
 class QueueTable:
-    def __init__(self, layout: StoreLayout, file_size: int, *, clock: Clock, syncer: Syncer = msync):
+    def __init__(self, layout: StoreLayout, file_size: int, *, clock: Clock, syncer: Syncer = msync, max_open_files: int = 1024):
         self.layout = layout
         self.file_size = file_size
         self.clock = clock
         self.syncer = syncer
+        self.pool = FilePool(max_open_files)
+        self._dirty: set[ConsumeQueue] = set()  # written (or cut) since their last flush
+        self._dirty_lock = threading.Lock()
+        self.changes = 0  # writes since the start: the state is saved when this moved
         self._queues: dict[QueueKey, ConsumeQueue] = {}
         self._lock = threading.RLock()
         self._next: dict[QueueKey, int] = {}  # the next message's queue offset, per queue
@@ -33,14 +43,62 @@ class QueueTable:
         self._append_locks_lock = threading.Lock()
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(topic, queue_id, self.layout.consumequeue_dir, self.file_size, clock=self.clock, syncer=self.syncer)
+        return ConsumeQueue(
+            topic,
+            queue_id,
+            self.layout.consumequeue_dir,
+            self.file_size,
+            clock=self.clock,
+            syncer=self.syncer,
+            pool=self.pool,
+            on_write=self._written,
+        )
+
+    def _written(self, cq: ConsumeQueue) -> None:
+        with self._dirty_lock:
+            self._dirty.add(cq)
+            self.changes += 1
 
     def load(self) -> None:
-        """Map every queue found on disk."""
+        """Every queue found on disk (a walk of the directories: without a saved state)."""
         for topic, queue_id, _path in self.layout.queue_dirs():
             cq = self._new(topic, queue_id)
             cq.load()
             self._queues[(topic, queue_id)] = cq
+
+    def adopt(self, state: QueueState) -> None:
+        """Every queue the saved state names, opening no file."""
+        queues = {}
+        for topic, queue_id, starts, min_logic, end, max_phy, first_phy in state.queues:
+            cq = self._new(topic, queue_id)
+            cq.adopt(starts, min_logic, end, max_phy, first_phy)
+            queues[(topic, queue_id)] = cq
+        self._queues = queues
+
+    def snapshot(self) -> list[QueueRecord]:
+        out: list[QueueRecord] = []
+        for (topic, queue_id), cq in list(self._queues.items()):
+            starts, min_logic, end, max_phy, first_phy = cq.state()
+            out.append((topic, queue_id, starts, min_logic, end, max_phy, first_phy))
+        return out
+
+    # ------------------------------------------------------------------ flushing
+
+    def flush_dirty(self, least_pages: int) -> None:
+        """Flush the queues written since their last flush; one not flushed whole (fewer dirty
+        pages than ``least_pages``) stays dirty."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        for cq in dirty:
+            try:
+                for _ in range(len(cq.segments.segments) + 1):
+                    if cq.flush(least_pages):
+                        break
+            except (ValueError, FileNotFoundError):  # destroyed meanwhile
+                continue
+            if cq.segments.flushed_where < cq.segments.max_wrote_offset() and (cq.topic, cq.queue_id) in self._queues:
+                with self._dirty_lock:
+                    self._dirty.add(cq)
 
     # ------------------------------------------------------------------ lookup
 
@@ -121,3 +179,4 @@ class QueueTable:
     def close(self) -> None:
         for cq in self.all():
             cq.close()
+        self.pool.close_all()

@@ -18,6 +18,7 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .dispatch import Dispatcher
 from .index import IndexService
+from .queue_state import QueueState
 from .queue_table import QueueTable
 from .segment import Segment
 
@@ -39,6 +40,7 @@ class RecoveryReport:
     records_scanned: int = 0
     index_files_destroyed: int = 0
     index_rebuilt_from: int = -1
+    queues_scanned: int = 0  # after a crash: queues whose saved end was not found on disk
     commitlog_end: int = 0
     damage: list[str] = field(default_factory=list)
     error: str = ""
@@ -117,7 +119,11 @@ class Recovery:
         self.now_ms = now_ms
         self.last_store_ts = 0
 
-    def run(self, last_exit_ok: bool) -> None:
+    def run(self, last_exit_ok: bool, saved: QueueState | None = None) -> None:
+        """``saved``: the consume queues' state the table adopted (queue_state.py). Taken whole
+        after a clean stop; otherwise each queue's saved end is checked against its file (a
+        queue whose end is not on disk is scanned), and the commit log is dispatched again from
+        where it stood when the ends were taken."""
         report = self.report
         report.mode = "normal" if last_exit_ok else "abnormal"
         report.state = "running"
@@ -125,8 +131,15 @@ class Recovery:
         t0 = time.monotonic()
         cl = self.commitlog
         cqs = self.queues.all()
-        for cq in cqs:
-            cq.recover()
+        trusted = saved is not None and saved.clean and last_exit_ok
+        if saved is None:
+            for cq in cqs:
+                cq.recover()
+        elif not trusted:
+            for cq in cqs:
+                if not cq.tail_is_sound():
+                    report.queues_scanned += 1
+                    cq.recover()
         segs = list(cl.segments.segments)
         report.damage.extend(cl.segments.damage)
         if not segs:
@@ -139,6 +152,10 @@ class Recovery:
             strict_idx = normal_start(cl, segs, cq_max)
         else:
             strict_idx = abnormal_start(cl, segs, self.checkpoint.min_timestamp())
+        if saved is not None and not trusted:
+            at = cl.segments.find(saved.dispatched, first_if_missing=True)
+            if at in segs:
+                strict_idx = min(strict_idx, segs.index(at))
         scan_idx = strict_idx
         idx_end = self.index.end_phy
         if self.settings().messageIndexEnable and idx_end < segs[strict_idx].start:

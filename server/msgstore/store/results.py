@@ -29,7 +29,7 @@ class PutStatus(enum.Enum):
 
 
 class Unavailable(enum.Enum):
-    """Why the store refuses writes; the API maps DISK_FULL to RESOURCE_EXHAUSTED."""
+    """Why the store refuses writes; the API maps DISK_FULL and RESOURCE_LIMIT to RESOURCE_EXHAUSTED."""
 
     SHUTDOWN = "store is shut down"
     RECOVERING = "store is recovering"
@@ -38,6 +38,7 @@ class Unavailable(enum.Enum):
     LOGICS_QUEUE_ERROR = "writing a consume queue failed"
     INDEX_FILE_ERROR = "writing an index file failed"
     SLAVE = "this node is a follower (slave) of its group's master: send to the master"
+    RESOURCE_LIMIT = "a node-wide limit is near: no new topic or queue"
 
 
 @dataclass(slots=True)

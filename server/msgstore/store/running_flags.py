@@ -18,19 +18,28 @@ log = logging.getLogger(__name__)
 class RunningFlags:
     def __init__(self) -> None:
         self._reasons: set[Unavailable] = set()
+        self._details: dict[Unavailable, str] = {}
         self._lock = threading.Lock()
 
-    def mark(self, reason: Unavailable) -> None:
+    def mark(self, reason: Unavailable, detail: str = "") -> None:
+        """``detail``: what failed and why (which consume queue, which errno), said with every
+        refused write instead of only in the log."""
         with self._lock:
-            if reason not in self._reasons:
-                log.error("store refuses writes: %s", reason.value)
+            if reason not in self._reasons or self._details.get(reason) != detail:
+                log.error("store refuses writes: %s%s", reason.value, f" ({detail})" if detail else "")
             self._reasons.add(reason)
+            self._details[reason] = detail
+
+    def text(self, reason: Unavailable) -> str:
+        detail = self._details.get(reason, "")
+        return f"{reason.value}: {detail}" if detail else reason.value
 
     def clear(self, reason: Unavailable) -> None:
         with self._lock:
             if reason in self._reasons:
                 log.info("store accepts writes again: %s cleared", reason.name)
             self._reasons.discard(reason)
+            self._details.pop(reason, None)
 
     @property
     def disk_full(self) -> bool:

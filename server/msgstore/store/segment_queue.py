@@ -56,7 +56,10 @@ class SegmentQueue:
         pool: WriteBufferPool | None = None,
         preallocate: bool = False,
         zero_run: int | None = None,
+        factory: Callable[[str, int, bool], Segment] | None = None,
     ):
+        """``factory(path, start, create)``: how a segment file is opened (consume queues use
+        pooled-descriptor QueueFiles instead of mapped Segments)."""
         self.directory = directory
         self.segment_size = segment_size
         self.clock = clock
@@ -72,6 +75,7 @@ class SegmentQueue:
         self.damage: list[str] = []
         self.zero_run = zero_run  # see Segment.data_end
         self.tail_examined = 0
+        self.factory = factory
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ loading
@@ -93,7 +97,10 @@ class SegmentQueue:
                     continue
                 if length != self.segment_size:
                     raise SegmentSizeError(f"{path}: length {length} differs from the configured segment size {self.segment_size}")
-                seg = Segment(path, int(name), self.segment_size, create=False, syncer=self.syncer, readonly=readonly)
+                if self.factory is not None:
+                    seg = self.factory(path, int(name), False)
+                else:
+                    seg = Segment(path, int(name), self.segment_size, create=False, syncer=self.syncer, readonly=readonly)
                 seg.set_positions(self.segment_size)
                 segments.append(seg)
         except BaseException:  # do not leak the mappings opened so far
@@ -106,6 +113,16 @@ class SegmentQueue:
                 log.error(msg)
                 self.damage.append(msg)
         self.segments = segments
+
+    def adopt(self, starts: list[int], end: int) -> None:
+        """Take the segments a saved queue state names, ending at ``end``, without opening or
+        listing anything (a node with 100,000 queues restarts without touching their files)."""
+        assert self.factory is not None
+        segs = [self.factory(os.path.join(self.directory, segment_name(start)), start, False) for start in starts]
+        for seg in segs:
+            seg.set_positions(min(self.segment_size, max(0, end - seg.start)))
+        self.segments = segs
+        self.set_positions_after_recovery(end)
 
     # ------------------------------------------------------------------ lookup
 
@@ -121,6 +138,11 @@ class SegmentQueue:
         """Create the segment starting at ``start``; OSError (e.g. ENOSPC) propagates."""
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, segment_name(start))
+        if self.factory is not None:
+            made = self.factory(path, start, True)
+            with self._lock:
+                self.segments = self.segments + [made]
+            return made
         buf = self.pool.borrow() if self.pool is not None else None
         try:
             seg = Segment(

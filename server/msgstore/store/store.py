@@ -11,12 +11,14 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..record import codec
+from . import queue_state
 from .checkpoint import Checkpoint
 from .cleanup import CommitLogCleaner, ConsumeQueueCleaner, DiskMonitor, DiskUsage
 from .clock import Clock, DiskProbe
@@ -27,7 +29,9 @@ from .dispatch import ArrivalListener, Dispatcher, Hint
 from .flush import FlushObserver, FlushRequest, GroupCommitService, commit_all, flush_commitlog, flush_consume_queues
 from .index import IndexService
 from .layout import StoreLayout
+from .limits import ResourceGuard, ResourceLimit
 from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error
+from .queue_state import QueueRecord, QueueState
 from .queue_table import QueueTable
 from .recovery import Recovery, RecoveryReport, truncate_all
 from .results import GetResult, GetStatus, PutResult, PutStatus, QueueProgress, Unavailable, failed
@@ -119,6 +123,9 @@ class MessageStore:
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._lock_fd: int | None = None
+        self.limits = ResourceGuard(self.root, lambda: self.flags.disk_full)
+        self._state_saved_changes = -1  # the queue table's change count at the last state save (-1: save once after the start)
+        self._state_saved_at = 0.0
         self._services: list[ServiceThread] = []
         self.flusher: GroupCommitService | PacedService | None = None
         self.committer: PacedService | None = None
@@ -205,8 +212,16 @@ class MessageStore:
             self.checkpoint = Checkpoint(self.layout.checkpoint_path)
             self.commitlog = CommitLog(self.commitlog_dir, self.config, clock=self.clock, syncer=self.syncer, store_host=self.store_host)
             self.commitlog.load()
-            self.queues = QueueTable(self.layout, self.config.cq_file_size, clock=self.clock, syncer=self.syncer)
-            self.queues.load()
+            self.queues = QueueTable(
+                self.layout, self.config.cq_file_size, clock=self.clock, syncer=self.syncer, max_open_files=self._queue_file_budget()
+            )
+            saved = queue_state.load(self.layout.consumequeue_dir, self.config.cq_file_size)
+            if saved is not None:
+                self.queues.adopt(saved)
+            else:
+                self.queues.load()
+            if os.path.isdir(self.layout.consumequeue_dir):
+                queue_state.mark_running(self.layout.consumequeue_dir)
             self.index = IndexService(
                 self.index_dir,
                 self.config.maxHashSlotNum,
@@ -226,7 +241,7 @@ class MessageStore:
                 self.settings,
                 self.recovery_report,
                 self.clock.now_ms,
-            ).run(last_exit_ok)
+            ).run(last_exit_ok, saved)
             self._register_discovered_topics()
             self._start_services()
             self.state = "running"
@@ -243,6 +258,13 @@ class MessageStore:
             self._release_lock()
             raise
         return self
+
+    def _queue_file_budget(self) -> int:
+        """Descriptors the consume queues may hold: ``maxOpenQueueFiles``, within a quarter
+        of the process's RLIMIT_NOFILE (connections, the commit log and the index need the rest)."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        cap = int(self.config.maxOpenQueueFiles)
+        return cap if soft == resource.RLIM_INFINITY else max(16, min(cap, soft // 4))
 
     def _acquire_lock(self) -> None:
         path = self.layout.lock_path
@@ -377,7 +399,28 @@ class MessageStore:
                 self.flusher.wakeup()
 
     def _flush_consume_queues(self, least_pages: int) -> None:
-        flush_consume_queues(self.queues.all(), self.checkpoint, self.dispatcher.logics_timestamp, least_pages)
+        """Flush the queues written since the last pass; every ``queueStateInterval`` (when any
+        changed) also save their ends: the dispatch position first, the ends, the flush, then
+        the file (queue_state.py says why in that order)."""
+        queues = self.queues
+        now = time.monotonic()
+        save = queues.changes != self._state_saved_changes and (now - self._state_saved_at) * 1000 >= self.config.queueStateInterval
+        if save:
+            dispatched = self.dispatcher.reput_from
+            changes = queues.changes
+            records = queues.snapshot()
+        flush_consume_queues(queues, self.checkpoint, self.dispatcher.logics_timestamp, 0 if save else least_pages)
+        if save:
+            self._save_queue_state(dispatched, records, clean=False)
+            self._state_saved_changes, self._state_saved_at = changes, now
+
+    def _save_queue_state(self, dispatched: int, records: list[QueueRecord], clean: bool) -> None:
+        try:
+            queue_state.save(self.layout.consumequeue_dir, QueueState(clean, dispatched, self.config.cq_file_size, records))
+        except OSError as e:  # (a full disk): the next start scans what it cannot trust
+            log.warning("could not save the consume queues' state: %s", e)
+            if clean:
+                raise
 
     def _persist_metadata(self) -> None:
         """Consumer offsets and subscription groups every ``flushConsumerOffsetInterval``."""
@@ -414,6 +457,7 @@ class MessageStore:
             self.dispatcher._dispatch_to(self.dispatcher.bound())
             self.cq_flusher.stop()
             self._flush_consume_queues(0)
+            self._save_queue_state(self.dispatcher.reput_from, self.queues.snapshot(), clean=True)
             self.index.flush()
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commitlog.segments.store_timestamp)
             self.checkpoint.flush()
@@ -642,6 +686,8 @@ class MessageStore:
         existing = self.topics.get(topic)
         if existing is not None and existing.write_queue_nums == n:
             return existing
+        if existing is None or n > existing.write_queue_nums:
+            self.limits.check_new_queues(topic, n - (existing.write_queue_nums if existing else 0))  # ResourceLimit
         return self.topics.put(TopicConfig(topic, n, n))
 
     def delete_topic(self, topic: str) -> bool:
@@ -660,7 +706,7 @@ class MessageStore:
         queue offsets (docs/store-format.md §4)."""
         refusal = self._write_refusal()
         if refusal is not None:
-            return failed(PutStatus.SERVICE_NOT_AVAILABLE, refusal.value, refusal)
+            return failed(PutStatus.SERVICE_NOT_AVAILABLE, self.flags.text(refusal), refusal)
         checked = self.check_destination(topic, queue_id, len(msgs))
         if checked is not None:
             return checked
@@ -685,7 +731,10 @@ class MessageStore:
         if tc is None:
             if not self.config.autoCreateTopicEnable:
                 return failed(PutStatus.MESSAGE_ILLEGAL, f"topic {topic} does not exist")
-            tc = self.create_topic(topic)
+            try:
+                tc = self.create_topic(topic)
+            except ResourceLimit as e:
+                return failed(PutStatus.SERVICE_NOT_AVAILABLE, str(e), Unavailable.RESOURCE_LIMIT)
         if not 0 <= queue_id < tc.write_queue_nums:
             return failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range: topic {topic} has {tc.write_queue_nums} queues")
         return None
@@ -698,7 +747,7 @@ class MessageStore:
         :meth:`request_flush` itself (the gRPC server awaits it on its event loop)."""
         refusal = self._write_refusal()
         if refusal is not None:
-            return failed(PutStatus.SERVICE_NOT_AVAILABLE, refusal.value, refusal)
+            return failed(PutStatus.SERVICE_NOT_AVAILABLE, self.flags.text(refusal), refusal)
         with self._inflight_cond:
             self._inflight += 1
         try:

@@ -1,0 +1,206 @@
+"""A node holding thousands of queues (issue 21): bounded descriptors, restarts that take the
+queues' ends from their saved state, and cost that follows traffic rather than the number of
+queues. In-process stores on real files here; real server processes in tests/api/test_scale.py."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from msgstore.store import GetStatus, Message, MessageStore
+from msgstore.store.file_pool import FilePool
+from msgstore.store.queue_state import path_in
+
+SETTINGS = {
+    "mappedFileSizeCommitLog": 1 << 20,
+    "mappedFileSizeConsumeQueue": 20 * 64,  # 64 units a file: queues roll over several files
+    "maxHashSlotNum": 4096,
+    "maxIndexNum": 16384,
+    "flushIntervalConsumeQueue": 20,
+    "cleanResourceInitialDelay": 3_600_000,
+    "maxOpenQueueFiles": 16,
+}
+
+
+def read_all(store: MessageStore, topic: str, qid: int) -> list[bytes]:
+    out, offset = [], store.min_offset(topic, qid)
+    while True:
+        res = store.get_message(None, topic, qid, offset, max_msgs=32)
+        try:
+            if res.status is not GetStatus.FOUND:
+                return out
+            out += [m.body for m in res.messages()]
+            offset = res.next_offset
+        finally:
+            res.release()
+
+
+def fds_of_queue_files(root: str) -> int:
+    cq = os.path.join(root, "consumequeue")
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(cq):
+                n += 1
+        except OSError:
+            continue
+    return n
+
+
+def test_the_pool_of_open_queue_files_stays_within_its_bound_under_random_access(tmp_path):
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    rng = random.Random(5)
+    sent: dict[tuple[str, int], list[bytes]] = {}
+    try:
+        for i in range(3_000):  # 300 queues, up to ~20 messages each: several files per queue
+            topic, qid = f"t{rng.randrange(75)}", rng.randrange(4)
+            body = b"%d" % i
+            assert store.put_message(Message(topic, body, queue_id=qid)).ok
+            sent.setdefault((topic, qid), []).append(body)
+            if i % 50 == 0:
+                assert store.wait_dispatched()
+                key = rng.choice(list(sent))
+                assert read_all(store, *key) == sent[key]
+                assert len(store.queues.pool) <= 16
+                assert fds_of_queue_files(root) <= 16
+        assert store.wait_dispatched()
+        for key, bodies in sent.items():  # every queue read once more, in random order
+            assert read_all(store, *key) == bodies
+            assert len(store.queues.pool) <= 16 and fds_of_queue_files(root) <= 16
+        assert store.queues.pool.opened > 16  # it did reopen files: the bound was what held
+    finally:
+        store.shutdown()
+
+
+def test_a_clean_restart_takes_the_saved_ends_and_opens_no_queue_file(tmp_path):
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    for t in range(250):
+        for q in range(4):
+            assert store.put_messages(f"topic-{t}", q, [Message(f"topic-{t}", b"m-%d-%d" % (t, q), queue_id=q)]).ok
+    assert store.wait_dispatched()
+    store.shutdown()
+    assert os.path.exists(path_in(os.path.join(root, "consumequeue")))
+
+    store = MessageStore(root, SETTINGS).start()
+    try:
+        assert store.recovery_report.mode == "normal"
+        assert store.queues.pool.opened == 0 and len(store.queues) == 1_000  # no queue file was opened to start
+        for t in (0, 137, 249):
+            for q in range(4):
+                assert read_all(store, f"topic-{t}", q) == [b"m-%d-%d" % (t, q)]
+                assert store.max_offset(f"topic-{t}", q) == 1
+        assert store.put_messages("topic-3", 2, [Message("topic-3", b"next", queue_id=2)]).ok
+        assert store.wait_dispatched()
+        assert read_all(store, "topic-3", 2) == [b"m-3-2", b"next"]
+    finally:
+        store.shutdown()
+
+
+def crash(store: MessageStore) -> None:
+    """What a SIGKILL leaves: files as written (page cache kept), no clean stop, the abort file."""
+    for s in store._services:
+        s.stop()
+    store._close_files()
+    store._release_lock()
+    store.state = "shutdown"
+
+
+@pytest.mark.parametrize("saved_state", [True, False])
+def test_after_a_crash_every_message_is_read_whatever_the_saved_state_says(tmp_path, saved_state):
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    sent: dict[tuple[str, int], list[bytes]] = {}
+
+    def put(t: int, q: int, body: bytes) -> None:
+        assert store.put_messages(f"topic-{t}", q, [Message(f"topic-{t}", body, queue_id=q)]).ok
+        sent.setdefault((f"topic-{t}", q), []).append(body)
+
+    for t in range(100):
+        for q in range(4):
+            put(t, q, b"before-%d-%d" % (t, q))
+    assert store.wait_dispatched()
+    store._flush_consume_queues(0)  # a state save happens here (the first pass after a start saves)
+    if not saved_state:
+        os.unlink(path_in(os.path.join(root, "consumequeue")))
+    for t in range(50, 150):  # after the save: new queues, and queues rolling to new files
+        for q in range(4):
+            for k in range(70 if t % 10 == 0 else 1):
+                put(t, q, b"after-%d-%d-%d" % (t, q, k))
+    assert store.wait_dispatched()
+    crash(store)
+
+    store = MessageStore(root, SETTINGS).start()
+    try:
+        assert store.recovery_report.mode == "abnormal"
+        assert len(store.queues) == len(sent)
+        for (topic, q), bodies in sent.items():
+            assert read_all(store, topic, q) == bodies, (topic, q)
+            assert store.max_offset(topic, q) == len(bodies)
+        assert store.put_messages("topic-149", 3, [Message("topic-149", b"last", queue_id=3)]).ok
+    finally:
+        store.shutdown()
+
+
+def test_a_saved_end_not_on_disk_is_scanned_again(tmp_path):
+    """A state saved after its queue files were lost (or a copy of a live directory): the end
+    it names is checked against the file, never trusted blindly."""
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    for i in range(10):
+        assert store.put_messages("t", 0, [Message("t", b"%d" % i, queue_id=0)]).ok
+    assert store.wait_dispatched()
+    store._flush_consume_queues(0)
+    crash(store)
+    qfile = os.path.join(root, "consumequeue", "t", "0", "00000000000000000000")
+    with open(qfile, "r+b") as f:  # the last five units never reached the disk
+        f.seek(5 * 20)
+        f.write(bytes(5 * 20))
+    store = MessageStore(root, SETTINGS).start()
+    try:
+        assert store.recovery_report.queues_scanned == 1
+        assert read_all(store, "t", 0) == [b"%d" % i for i in range(10)]  # dispatched again from the commit log
+    finally:
+        store.shutdown()
+
+
+def test_one_queue_whose_file_cannot_be_written_is_named_in_the_refusal(tmp_path):
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    try:
+        assert store.put_messages("ok", 0, [Message("ok", b"a", queue_id=0)]).ok
+        assert store.wait_dispatched()
+        os.makedirs(os.path.join(root, "consumequeue", "broken", "0", "00000000000000000000"))  # a directory where its file goes
+        store.put_messages("broken", 0, [Message("broken", b"x", queue_id=0)])
+        refused = None
+        for _ in range(200):
+            refused = store.put_messages("ok", 0, [Message("ok", b"b", queue_id=0)])
+            if not refused.ok:
+                break
+            store.dispatcher.wakeup()
+        assert refused is not None and not refused.ok
+        assert "consume queue broken/0" in refused.reason, refused.reason
+    finally:
+        store.shutdown()
+
+
+def test_file_pool_never_closes_a_descriptor_in_use(tmp_path):
+    pool = FilePool(2)
+    paths = [str(tmp_path / f"f{i}") for i in range(5)]
+    for p in paths:
+        with open(p, "wb") as f:
+            f.write(p.encode())
+    with pool.use(paths[0]) as held:
+        for p in paths[1:]:
+            with pool.use(p) as fd:
+                assert os.pread(fd, 100, 0) == p.encode()
+        assert os.pread(held, 100, 0) == paths[0].encode()  # still open and still its file
+        assert len(pool) <= 3
+    with pool.use(paths[4]):
+        pass
+    assert len(pool) == 2
+    pool.close_all()
+    assert len(pool) == 0
