@@ -1,6 +1,7 @@
 """``make bench``: every benchmark, printed and saved under tests/bench/results/.
 
-BENCH_ONLY=store,grpc,pipeline,peers,groups,ha,scale picks suites (scale: BENCH_SCALE_QUEUES=10000,50000,100000) (peers: the comparison with NATS JetStream and
+BENCH_ONLY=store,grpc,pipeline,peers,groups,ha,scale picks suites
+(scale: BENCH_SCALE_QUEUES=10000,50000,100000; peers: the comparison with NATS JetStream and
 Redis, written as results/peers.md and peers.png; BENCH_SCALE=0.1 for a quick look); BENCH_DIR chooses where data goes (default: a temporary
 directory on the same disk as the repository).
 """
