@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+PER_QUEUE_SERIES_LIMIT = 2_000  # queues beyond which per-queue series give way to per-topic ones
 
 
 class Metrics:
@@ -76,11 +77,22 @@ class _StoreCollector:
         yield gauge("msgstore_commitlog_flushed_offset", "End of what is on disk", st["flushed_phy_offset"])
         yield gauge("msgstore_dispatch_behind_bytes", "Commit-log bytes not yet in consume queues", st["dispatch_behind_bytes"])
         yield gauge("msgstore_commitlog_segments", "Commit-log segment files", st["commitlog_segments"])
-        mins = GaugeMetricFamily("msgstore_queue_min_offset", "Min offset per queue", labels=["topic", "queue"])
-        maxs = GaugeMetricFamily("msgstore_queue_max_offset", "Max offset per queue", labels=["topic", "queue"])
-        for cq in store.consume_queues():
-            labels = [cq.topic, str(cq.queue_id)]
-            mins.add_metric(labels, cq.min_offset)
-            maxs.add_metric(labels, cq.max_offset)
-        yield mins
-        yield maxs
+        queues = store.consume_queues()
+        yield gauge("msgstore_consume_queues", "Consume queues on this node", len(queues))
+        if len(queues) <= PER_QUEUE_SERIES_LIMIT:
+            mins = GaugeMetricFamily("msgstore_queue_min_offset", "Min offset per queue", labels=["topic", "queue"])
+            maxs = GaugeMetricFamily("msgstore_queue_max_offset", "Max offset per queue", labels=["topic", "queue"])
+            for cq in queues:
+                labels = [cq.topic, str(cq.queue_id)]
+                mins.add_metric(labels, cq.min_offset)
+                maxs.add_metric(labels, cq.max_offset)
+            yield mins
+            yield maxs
+        else:  # 100,000 queues would be 200,000 series per scrape: per topic instead
+            held: dict[str, int] = {}
+            for cq in queues:
+                held[cq.topic] = held.get(cq.topic, 0) + max(0, cq.max_offset - cq.min_offset)
+            per_topic = GaugeMetricFamily("msgstore_topic_messages_held", "Messages held per topic (over its queues)", labels=["topic"])
+            for topic, n in held.items():
+                per_topic.add_metric([topic], n)
+            yield per_topic

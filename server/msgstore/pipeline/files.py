@@ -19,6 +19,7 @@ from ..store.index import _HEADER, ENTRY_DTYPE, HEADER_SIZE
 from ..store.layout import CQ_UNIT_SIZE, index_geometry
 from ..store.layout import segment_files as segment_names
 from ..store.offline import store_layout
+from ..store.queue_file import read_extent
 from . import schema
 
 
@@ -72,8 +73,7 @@ def consume_queue_units(root: str) -> Iterator[pa.RecordBatch]:
     _cfg, layout = store_layout(root)
     for topic, q, qdir in layout.queue_dirs():
         for name in segment_names(qdir):
-            with open(os.path.join(qdir, name), "rb") as f:
-                data = f.read()
+            data, _size = read_extent(os.path.join(qdir, name), CQ_UNIT_SIZE)  # a sparse file's holes are not read
             units = np.frombuffer(data[: len(data) - len(data) % CQ_UNIT_SIZE], dtype=UNIT_DTYPE)
             valid = (units["phy"] >= 0) & (units["size"] > 0)
             n = len(units) if valid.all() else int(np.argmin(valid))

@@ -38,6 +38,8 @@ def _whole_units(raw: bytes) -> bytes:
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "file_size", "segments", "max_phy_offset", "min_logic_offset", "first_phy", "_lock", "on_write")
 
+    UNKNOWN = -2  # first_phy not known (after a scan): the cleaner reads the queue to learn it
+
     def __init__(
         self,
         topic: str,
@@ -49,16 +51,22 @@ class ConsumeQueue:
         syncer: Syncer = msync,
         pool: FilePool | None = None,
         on_write: Callable[[ConsumeQueue], None] | None = None,
+        on_new_file: Callable[[str], None] | None = None,
     ):
         """``pool``: the node's bounded pool of queue-file descriptors (one of its own when
-        none is given); ``on_write``: told of every write (the table's dirty set)."""
+        none is given); ``on_write``: told of every write (the table's dirty set);
+        ``on_new_file``: told of every file created (its directory is synced before a state
+        names it)."""
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
         files = pool if pool is not None else FilePool(8)
 
         def open_file(path: str, start: int, create: bool) -> Segment:
-            return QueueFile(path, start, file_size, files, create=create)  # type: ignore[return-value]
+            made = QueueFile(path, start, file_size, files, create=create)
+            if create and on_new_file is not None:
+                on_new_file(path)
+            return made  # type: ignore[return-value]
 
         # a unit is never all zeros, and zero runs across units are at most 16 bytes long
         self.segments = SegmentQueue(
@@ -66,7 +74,7 @@ class ConsumeQueue:
         )
         self.max_phy_offset = -1  # phy offset + size of the last real unit (duplicate detection)
         self.min_logic_offset = 0  # in bytes
-        self.first_phy = -1  # phy offset of the first real unit from the min on (-1: none, or not known)
+        self.first_phy = -1  # phy offset of the first real unit from the min on (-1: none, UNKNOWN: not known)
         self._lock = threading.Lock()
         self.on_write = on_write
 
@@ -88,19 +96,37 @@ class ConsumeQueue:
             segs = self.segments.segments
             return [s.start for s in segs], self.min_logic_offset, self.segments.max_wrote_offset(), self.max_phy_offset, self.first_phy
 
-    def tail_is_sound(self) -> bool:
-        """After a crash, a saved end is trusted only if the unit before it is on disk."""
+    def verify_saved_end(self) -> bool:
+        """After a crash, a saved end is kept only if the unit before it is on disk and is the
+        last one the state knew (its phy + size is the saved max), and no file was rolled past
+        it; units past it are zeroed (re-dispatch writes back those the commit log still has),
+        so a later scan can never take stale ones back. False: scan this queue instead."""
         end = self.segments.max_wrote_offset()
-        if end <= self.min_logic_offset:
-            return True
-        seg = self.segments.find(end - UNIT)
-        if seg is None:
+        last = self.segments.last()
+        if last is None:
+            return not os.path.isdir(self.segments.directory) or not os.listdir(self.segments.directory)
+        if os.path.exists(os.path.join(self.segments.directory, f"{last.start + self.file_size:020d}")):
             return False
-        raw = seg.read(end - UNIT - seg.start, UNIT)
-        if len(raw) < UNIT:
-            return False
-        phy, size, _tag = _UNIT.unpack(raw)
-        return bool(phy >= 0 and size > 0)
+        if end > self.min_logic_offset:
+            seg = self.segments.find(end - UNIT)
+            raw = seg.read(end - UNIT - seg.start, UNIT) if seg is not None else b""
+            if len(raw) < UNIT:
+                return False
+            phy, size, _tag = _UNIT.unpack(raw)
+            if not (phy >= 0 and size > 0):
+                return False
+            if not is_filler(phy, size) and phy + size != self.max_phy_offset:
+                return False
+        if end < last.start + self.file_size:
+            last.zero_from(end - last.start, 4096)
+        return True
+
+    def rescan(self) -> None:
+        """Forget the saved segments and ends: list the directory and scan (§8)."""
+        self.segments.load()
+        self.max_phy_offset = -1
+        self.min_logic_offset = 0
+        self.recover()
 
     def recover(self) -> None:
         """Scan from the third-last segment to the first invalid unit; that is the end. Only a
@@ -136,6 +162,7 @@ class ConsumeQueue:
         first = self.segments.first()
         if first is not None:
             self.min_logic_offset = first.start
+        self.first_phy = self.UNKNOWN if first is not None else -1
 
     # ------------------------------------------------------------------ writing
 
@@ -169,7 +196,7 @@ class ConsumeQueue:
             units["tag"] = tags
             self._write(first_queue_offset * UNIT, units.tobytes())
             self.max_phy_offset = int(phys[-1]) + int(sizes[-1])
-            if self.first_phy < 0:
+            if self.first_phy == -1:  # it was empty: this is its first unit
                 self.first_phy = int(phys[0])
             if self.on_write is not None:
                 self.on_write(self)
@@ -181,7 +208,7 @@ class ConsumeQueue:
             if keep[i] and int(phys[i]) + int(sizes[i]) > self.max_phy_offset:
                 self._write((first_queue_offset + i) * UNIT, _UNIT.pack(int(phys[i]), int(sizes[i]), int(tags[i])))
                 self.max_phy_offset = int(phys[i]) + int(sizes[i])
-                if self.first_phy < 0:
+                if self.first_phy == -1:
                     self.first_phy = int(phys[i])
                 written += 1
         if written and self.on_write is not None:
@@ -329,8 +356,7 @@ class ConsumeQueue:
                         break
             if self.segments.last() is None:
                 self.min_logic_offset = 0
-            if self.max_phy_offset < 0:
-                self.first_phy = -1
+            self.first_phy = -1 if self.max_phy_offset < 0 else self.UNKNOWN
             if self.on_write is not None:
                 self.on_write(self)
 
@@ -338,22 +364,25 @@ class ConsumeQueue:
         """Move the min offset to the first real unit whose data is still in the commit log
         (nothing is read when the first unit known is: the cleaner's pass over 100,000 queues
         then costs a comparison each)."""
-        if self.first_phy >= cl_min or self.segments.max_wrote_offset() <= self.min_logic_offset:
+        if self.first_phy >= cl_min:
             return
-        for seg in self.segments.segments:
-            if seg.wrote == 0 or seg.start + seg.wrote <= self.min_logic_offset:
-                continue
-            lo = max(0, self.min_logic_offset - seg.start)
-            units = np.frombuffer(_whole_units(seg.read(lo, seg.wrote - lo)), dtype=UNIT_DTYPE)
-            ok = (units["phy"] >= cl_min) & (units["size"] != FILLER_SIZE) & (units["size"] > 0)
-            if ok.any():
-                at = int(np.argmax(ok))
-                self.min_logic_offset = seg.start + lo + at * UNIT
-                self.first_phy = int(units["phy"][at])
-                self._changed()
+        with self._lock:
+            if self.segments.max_wrote_offset() <= self.min_logic_offset:
                 return
-        self.min_logic_offset = self.segments.max_wrote_offset()
-        self.first_phy = -1
+            for seg in self.segments.segments:
+                if seg.wrote == 0 or seg.start + seg.wrote <= self.min_logic_offset:
+                    continue
+                lo = max(0, self.min_logic_offset - seg.start)
+                units = np.frombuffer(_whole_units(seg.read(lo, seg.wrote - lo)), dtype=UNIT_DTYPE)
+                ok = (units["phy"] >= cl_min) & (units["size"] != FILLER_SIZE) & (units["size"] > 0)
+                if ok.any():
+                    at = int(np.argmax(ok))
+                    self.min_logic_offset = seg.start + lo + at * UNIT
+                    self.first_phy = int(units["phy"][at])
+                    break
+            else:
+                self.min_logic_offset = self.segments.max_wrote_offset()
+                self.first_phy = -1
         self._changed()
 
     def _changed(self) -> None:

@@ -37,6 +37,7 @@ class FilePool:
         self.readonly = readonly
         self._open: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._closed = False  # after close_all, a late user gets a descriptor of its own, closed after it
         self.opened = 0  # how many times a descriptor was opened (a pool too small reopens often)
 
     def __len__(self) -> int:
@@ -75,6 +76,9 @@ class FilePool:
             if entry is not None:  # another thread opened it meanwhile
                 spare = fd
                 self._open.move_to_end(path)
+            elif self._closed:
+                entry = _Entry(fd)
+                entry.doomed = True
             else:
                 entry = self._open[path] = _Entry(fd)
                 self.opened += 1
@@ -135,5 +139,6 @@ class FilePool:
                 else:
                     closing.append(entry.fd)
             self._open.clear()
+            self._closed = True
         for fd in closing:
             os.close(fd)

@@ -52,13 +52,15 @@ def commit_all(commitlog: CommitLog, least_pages: int) -> bool:
     return moved
 
 
-def flush_consume_queues(queues: QueueTable, checkpoint: Checkpoint, logics_timestamp: int, least_pages: int) -> None:
+def flush_consume_queues(queues: QueueTable, checkpoint: Checkpoint, logics_timestamp: int, least_pages: int) -> bool:
     """Flush the consume queues written since the last pass, then the checkpoint (its logics
-    time only once the queues holding messages up to it are on disk)."""
-    queues.flush_dirty(least_pages)
-    if logics_timestamp:
+    time only once the queues holding messages up to it are on disk). False when a queue's
+    flush failed: the logics time then stays where it was."""
+    ok = queues.flush_dirty(least_pages)
+    if logics_timestamp and ok:
         checkpoint.logics_msg_timestamp = logics_timestamp
     checkpoint.flush()
+    return ok
 
 
 class FlushRequest:

@@ -23,6 +23,7 @@ from .consume_queue import FILLER_SIZE, UNIT, UNIT_DTYPE
 from .index import IndexFile
 from .layout import StoreLayout, first_file_size, index_geometry, segment_files
 from .metadata import read_json
+from .queue_file import read_extent
 from .segment_queue import SegmentQueue, SegmentSizeError
 
 Progress = Callable[[str, int, int], None]
@@ -65,13 +66,12 @@ def _lock_holder(layout: StoreLayout) -> str | None:
 def _queue_units(directory: str, file_size: int) -> np.ndarray:
     parts = []
     for name in segment_files(directory):
-        with open(os.path.join(directory, name), "rb") as f:
-            data = f.read()
+        data, size = read_extent(os.path.join(directory, name), UNIT)  # never the file's holes
         units = np.frombuffer(data[: len(data) - len(data) % UNIT], dtype=UNIT_DTYPE)
         valid = (units["phy"] >= 0) & (units["size"] > 0)
         n = len(units) if valid.all() else int(np.argmin(valid))
         parts.append((int(name) // UNIT, units[:n]))
-        if n < len(units):
+        if n < len(units) or n * UNIT < size:
             break
     if not parts:
         return np.empty(0, dtype=[("offset", "i8"), ("phy", "i8"), ("size", "i4"), ("tag", "i8")])

@@ -12,10 +12,12 @@ flushed, and a start takes the queues' ends from the saved state instead of thei
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
 
+from . import queue_state
 from .clock import Clock
 from .consume_queue import ConsumeQueue
 from .file_pool import FilePool
@@ -24,6 +26,8 @@ from .queue_state import QueueRecord, QueueState
 from .segment import Syncer, msync
 
 QueueKey = tuple[str, int]
+
+log = logging.getLogger(__name__)
 
 
 class QueueTable:
@@ -36,6 +40,9 @@ class QueueTable:
         self._dirty: set[ConsumeQueue] = set()  # written (or cut) since their last flush
         self._dirty_lock = threading.Lock()
         self.changes = 0  # writes since the start: the state is saved when this moved
+        self.state_lock = threading.Lock()  # a save, against an invalidation (queues cut or dropped)
+        self.state_epoch = 0  # bumped by every invalidation: a save that saw another epoch is not written
+        self._new_dirs: set[str] = set()  # directories that got a queue file since the last save (fsynced before it)
         self._queues: dict[QueueKey, ConsumeQueue] = {}
         self._lock = threading.RLock()
         self._next: dict[QueueKey, int] = {}  # the next message's queue offset, per queue
@@ -52,7 +59,35 @@ class QueueTable:
             syncer=self.syncer,
             pool=self.pool,
             on_write=self._written,
+            on_new_file=self._new_file,
         )
+
+    def _new_file(self, path: str) -> None:
+        qdir = os.path.dirname(path)
+        with self._dirty_lock:
+            self._new_dirs.update((qdir, os.path.dirname(qdir), os.path.dirname(os.path.dirname(qdir))))
+
+    def sync_new_dirs(self) -> None:
+        """Make the names of queue files created since the last save durable before a state
+        that lists them is (a file's fdatasync does not write its directory entry)."""
+        with self._dirty_lock:
+            dirs, self._new_dirs = self._new_dirs, set()
+        for d in sorted(dirs, key=len, reverse=True):
+            try:
+                fd = os.open(d, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def invalidate_state(self) -> None:
+        """Queues are about to be cut or dropped: the saved ends would lie, so they go first
+        (a crash then scans), and a save already under way is not written."""
+        with self.state_lock:
+            self.state_epoch += 1
+            queue_state.discard(self.layout.consumequeue_dir)
 
     def _written(self, cq: ConsumeQueue) -> None:
         with self._dirty_lock:
@@ -84,21 +119,29 @@ class QueueTable:
 
     # ------------------------------------------------------------------ flushing
 
-    def flush_dirty(self, least_pages: int) -> None:
+    def flush_dirty(self, least_pages: int) -> bool:
         """Flush the queues written since their last flush; one not flushed whole (fewer dirty
-        pages than ``least_pages``) stays dirty."""
+        pages than ``least_pages``) stays dirty. False when a flush failed: that queue and every
+        one not reached yet stay dirty, and nothing may be claimed durable this pass."""
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
-        for cq in dirty:
+        pending = list(dirty)
+        for i, cq in enumerate(pending):
             try:
                 for _ in range(len(cq.segments.segments) + 1):
                     if cq.flush(least_pages):
                         break
             except (ValueError, FileNotFoundError):  # destroyed meanwhile
                 continue
+            except OSError as e:
+                log.error("flushing consume queue %s/%d failed: %s", cq.topic, cq.queue_id, e)
+                with self._dirty_lock:
+                    self._dirty.update(pending[i:])
+                return False
             if cq.segments.flushed_where < cq.segments.max_wrote_offset() and (cq.topic, cq.queue_id) in self._queues:
                 with self._dirty_lock:
                     self._dirty.add(cq)
+        return True
 
     # ------------------------------------------------------------------ lookup
 
@@ -153,7 +196,17 @@ class QueueTable:
 
     # ------------------------------------------------------------------ removal
 
+    def forget(self, topic: str, queue_id: int) -> None:
+        """Take a queue out of the table without touching its files (recovery found it gone)."""
+        with self._lock:
+            rest = dict(self._queues)
+            rest.pop((topic, queue_id), None)
+            self._queues = rest
+            self._next.pop((topic, queue_id), None)
+
     def drop(self, topic: str, queue_id: int) -> None:
+        if (topic, queue_id) in self._queues:
+            self.invalidate_state()
         with self._lock:
             cq = self._queues.get((topic, queue_id))
             if cq is None:
@@ -169,6 +222,7 @@ class QueueTable:
             pass
 
     def drop_all(self) -> None:
+        self.invalidate_state()
         with self._lock:
             for cq in self._queues.values():
                 cq.destroy()

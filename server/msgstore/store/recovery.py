@@ -8,6 +8,7 @@ report what happened: mode, progress, duration, bytes scanned and truncated.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -137,9 +138,12 @@ class Recovery:
                 cq.recover()
         elif not trusted:
             for cq in cqs:
-                if not cq.tail_is_sound():
+                if not cq.verify_saved_end():
                     report.queues_scanned += 1
-                    cq.recover()
+                    cq.rescan()
+                    if cq.segments.last() is None and not os.path.isdir(cq.segments.directory):
+                        self.queues.forget(cq.topic, cq.queue_id)  # dropped after the state was saved
+            cqs = self.queues.all()
         segs = list(cl.segments.segments)
         report.damage.extend(cl.segments.damage)
         if not segs:
@@ -153,9 +157,11 @@ class Recovery:
         else:
             strict_idx = abnormal_start(cl, segs, self.checkpoint.min_timestamp())
         if saved is not None and not trusted:
-            at = cl.segments.find(saved.dispatched, first_if_missing=True)
+            at = cl.segments.find(saved.dispatched)
             if at in segs:
                 strict_idx = min(strict_idx, segs.index(at))
+            elif saved.dispatched < segs[0].start:  # the log was cleaned past it: from its start
+                strict_idx = 0
         scan_idx = strict_idx
         idx_end = self.index.end_phy
         if self.settings().messageIndexEnable and idx_end < segs[strict_idx].start:

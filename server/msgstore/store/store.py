@@ -242,6 +242,8 @@ class MessageStore:
                 self.recovery_report,
                 self.clock.now_ms,
             ).run(last_exit_ok, saved)
+            if not (saved is not None and saved.clean and last_exit_ok):
+                os.sync()  # queue files a crashed run created: their names on disk before any state names them
             self._register_discovered_topics()
             self._start_services()
             self.state = "running"
@@ -401,26 +403,35 @@ class MessageStore:
     def _flush_consume_queues(self, least_pages: int) -> None:
         """Flush the queues written since the last pass; every ``queueStateInterval`` (when any
         changed) also save their ends: the dispatch position first, the ends, the flush, then
-        the file (queue_state.py says why in that order)."""
+        the file (queue_state.py says why in that order). A cut or a drop of queues meanwhile
+        (``state_epoch``) or a failed flush cancels the save."""
         queues = self.queues
         now = time.monotonic()
         save = queues.changes != self._state_saved_changes and (now - self._state_saved_at) * 1000 >= self.config.queueStateInterval
         if save:
+            epoch = queues.state_epoch
             dispatched = self.dispatcher.reput_from
             changes = queues.changes
             records = queues.snapshot()
-        flush_consume_queues(queues, self.checkpoint, self.dispatcher.logics_timestamp, 0 if save else least_pages)
-        if save:
-            self._save_queue_state(dispatched, records, clean=False)
+        ok = flush_consume_queues(queues, self.checkpoint, self.dispatcher.logics_timestamp, 0 if save else least_pages)
+        if save and ok and self._save_queue_state(dispatched, records, clean=False, epoch=epoch):
             self._state_saved_changes, self._state_saved_at = changes, now
 
-    def _save_queue_state(self, dispatched: int, records: list[QueueRecord], clean: bool) -> None:
+    def _save_queue_state(self, dispatched: int, records: list[QueueRecord], clean: bool, epoch: int | None = None) -> bool:
+        """Write the state unless queues were cut or dropped since ``epoch``; True when written."""
+        queues = self.queues
         try:
-            queue_state.save(self.layout.consumequeue_dir, QueueState(clean, dispatched, self.config.cq_file_size, records))
+            queues.sync_new_dirs()
+            with queues.state_lock:
+                if epoch is not None and epoch != queues.state_epoch:
+                    return False
+                queue_state.save(self.layout.consumequeue_dir, QueueState(clean, dispatched, self.config.cq_file_size, records))
+            return True
         except OSError as e:  # (a full disk): the next start scans what it cannot trust
             log.warning("could not save the consume queues' state: %s", e)
             if clean:
                 raise
+            return False
 
     def _persist_metadata(self) -> None:
         """Consumer offsets and subscription groups every ``flushConsumerOffsetInterval``."""
@@ -628,6 +639,7 @@ class MessageStore:
     def start_over(self) -> None:
         """Forget the whole copy (commit log, consume queues, index): a follower whose log ends
         below what its master still keeps takes the master's log again from its first segment."""
+        self.queues.invalidate_state()
         with self.dispatcher.paused(), self.commitlog.lock:
             truncate_all(self.commitlog, self.queues, self.index, self.dispatcher, 0)
             self.commitlog.segments.destroy_all()
@@ -637,6 +649,7 @@ class MessageStore:
     def truncate_to(self, offset: int) -> int:
         """Cut the commit log back to ``offset`` (zeroing the stale tail), with its consume
         queues and index: a rejoining member drops what its new master never had."""
+        self.queues.invalidate_state()  # the saved ends may lie past the cut
         with self.dispatcher.paused(), self.commitlog.lock:
             return truncate_all(self.commitlog, self.queues, self.index, self.dispatcher, offset)
 
