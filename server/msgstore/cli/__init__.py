@@ -1,0 +1,38 @@
+"""The ``msgstore`` command: run a store, talk to one, or look at a directory offline.
+
+Human-readable tables by default; ``--json`` prints JSON (one object per line for messages
+that may stream, one document otherwise). One module per command group; ``parser.py`` holds
+the flags.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+from .groups import group_report
+from .parser import build_parser
+
+__all__ = ["build_parser", "group_report", "main"]
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `msgstore pull ... | head` ends quietly
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.command == "topics" and args.action == "create" and not args.name:
+        parser.error("topics create needs a NAME")
+    if args.command == "admin" and args.action == "config" and args.config_action == "set" and not args.assignments:
+        parser.error("admin config set needs KEY=VALUE")
+    from ..client import StoreError
+
+    try:
+        return args.fn(args)
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,124 @@
+"""What every command shares: a client from the connection flags, notices for the person at
+the terminal (or a script), store settings from --config/--set, the message table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+from ..output import body_text as _body_text
+
+DEFAULT_SERVER = "127.0.0.1:10911"
+
+
+def read_token(path: str | None, env: str | None) -> str | None:
+    from ..api.auth import read_token
+
+    return read_token(path, env)
+
+
+def token_source(path: str | None, env: str | None):
+    """A server's expected token: a file is followed as it changes (a rotated Secret)."""
+    from ..api.auth import TokenSource
+
+    if path:
+        return TokenSource(path=path)
+    value = read_token(None, env)
+    return TokenSource(value) if value else None
+
+
+def open_client(args, send_streams: bool = True):
+    from ..client import Client
+
+    return Client(
+        args.server,
+        token=read_token(args.token_file, args.token_env),
+        admin_token=read_token(args.admin_token_file, args.admin_token_env),
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        server_name=args.server_name,
+        timeout=args.timeout,
+        send_streams=send_streams,
+    )
+
+
+def note(text: str) -> None:
+    """A correction or a warning for the person at the terminal (stderr; never mixed into --json)."""
+    print(text, file=sys.stderr)
+
+
+def notice(args, kind: str, text: str, **fields: Any) -> None:
+    """Something the output alone does not show (no match, a cut-off): a line on stderr, a
+    JSON object there with ``--json`` so that a script reading stdout's messages can see it."""
+    if getattr(args, "json", False):
+        print(json.dumps({"notice": kind, "message": text, **fields}), file=sys.stderr)
+    else:
+        note(text)
+
+
+def partial(skipped: list[str], what: str) -> int:
+    """Name what could not be reached; the exit code says the result is partial (1)."""
+    for s in skipped:
+        note(f"skipped {s}: {what}")
+    return 1 if skipped else 0
+
+
+def store_settings(args) -> dict[str, Any]:
+    from ..api.server import load_config_file
+    from ..store.config import parse_assignments
+
+    out: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        out.update(load_config_file(args.config))
+    out.update(parse_assignments(getattr(args, "set", None) or []))
+    return out
+
+
+def message_row(node: str, m) -> dict[str, Any]:
+    return {
+        "node": node,
+        "queue": m.queue_id,
+        "offset": m.queue_offset,
+        "msg_id": m.msg_id,
+        "tags": m.tags or "",
+        "keys": " ".join(m.user_keys),
+        "store_time": format_ms(m.store_timestamp),
+        "body": _body_text(m.body),
+    }
+
+
+def format_ms(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+MESSAGE_COLUMNS = [("node", 14), ("queue", 5), ("offset", 8), ("tags", 10), ("keys", 16), ("store_time", 29), ("body", 60)]
+
+
+class MessagePrinter:
+    """Messages as one line each, in the same fixed columns whether pulled, followed or
+    queried; bodies and long fields are cut in the table (``--json`` carries them whole)."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.count = 0
+
+    def _cell(self, value: Any, width: int, last: bool) -> str:
+        text = str(value).replace("\n", "\\n")
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        return text if last else text.ljust(width)
+
+    def print(self, row: dict[str, Any]) -> None:
+        if self.as_json:
+            print(json.dumps(row), flush=True)
+        else:
+            if self.count == 0:
+                print("  ".join(self._cell(c.upper(), w, i == len(MESSAGE_COLUMNS) - 1) for i, (c, w) in enumerate(MESSAGE_COLUMNS)))
+            print(
+                "  ".join(self._cell(row.get(c, ""), w, i == len(MESSAGE_COLUMNS) - 1) for i, (c, w) in enumerate(MESSAGE_COLUMNS)),
+                flush=True,
+            )
+        self.count += 1

@@ -1,0 +1,81 @@
+"""``groups``: consumer groups, the queues each member holds, committed offsets and lag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..output import emit as _emit
+from ..output import table as _table
+from .common import open_client, partial
+
+
+def group_report(found) -> list[dict[str, Any]]:
+    """``describe_groups`` answers of every node as one record per group: its members (as any
+    node knows them) and every queue with holder, committed offset, max offset and lag."""
+    groups: dict[str, dict[str, Any]] = {}
+    for node, info in found:
+        g = groups.setdefault(info.name, {"group": info.name, "members": {}, "queues": [], "lag": 0})
+        host_of = {m.client_id: m.host for m in info.members}
+        for m in info.members:
+            g["members"].setdefault(
+                m.client_id,
+                {
+                    "client_id": m.client_id,
+                    "host": m.host,
+                    "topics": list(m.topics),
+                    "mode": "broadcasting" if m.broadcasting else "clustering",
+                },
+            )
+        for q in info.queues:
+            g["queues"].append(
+                {
+                    "topic": q.topic,
+                    "node": node.name,
+                    "queue": q.queue_id,
+                    "member": q.holder,
+                    "host": host_of.get(q.holder, ""),
+                    "committed": q.committed,
+                    "max": q.max_offset,
+                    "lag": q.lag,
+                }
+            )
+            g["lag"] += q.lag
+    out = []
+    for name in sorted(groups):
+        g = groups[name]
+        g["members"] = sorted(g["members"].values(), key=lambda m: m["client_id"])
+        g["queues"].sort(key=lambda q: (q["topic"], q["node"], q["queue"]))
+        out.append(g)
+    return out
+
+
+def cmd_groups(args) -> int:
+    skipped: list[str] = []
+    with open_client(args) as c:
+        report = group_report(c.describe_groups(args.group or "", skipped=skipped))
+    if args.json:
+        _emit(args, report)
+    else:
+        rows = []
+        for g in report:
+            for q in g["queues"]:
+                committed = q["committed"] if q["committed"] >= 0 else "-"
+                rows.append({"group": g["group"], **q, "member": q["member"] or "-", "committed": committed})
+            held = {q["member"] for q in g["queues"]}
+            for m in g["members"]:
+                if m["client_id"] not in held:  # a member with no queue (more members than queues, or broadcasting)
+                    rows.append(
+                        {
+                            "group": g["group"],
+                            "topic": ",".join(m["topics"]),
+                            "node": "-",
+                            "queue": "-",
+                            "member": m["client_id"],
+                            "host": m["host"],
+                        }
+                    )
+        if not rows:
+            print("no consumer groups" + (f" named {args.group}" if args.group else ""))
+        else:
+            print(_table(rows, ["group", "topic", "node", "queue", "member", "host", "committed", "max", "lag"]))
+    return partial(skipped, "its queues are not listed")

@@ -1,0 +1,243 @@
+"""The command line: every command, its flags, and the types that check them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from .admin import cmd_admin
+from .common import DEFAULT_SERVER
+from .groups import cmd_groups
+from .messages import cmd_pull, cmd_query, cmd_send
+from .offline import cmd_fsck, cmd_inspect
+from .serve import cmd_serve
+from .topics import cmd_route, cmd_topics
+
+
+def _port(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a TCP port (0 = any free one, -1 = off where ``lowest`` allows)."""
+
+    def parse(text: str) -> int:
+        try:
+            port = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+        if not lowest <= port <= 65535:
+            raise argparse.ArgumentTypeError(f"{port} is out of range: a port is 0-65535" + (" (-1 = off)" if lowest < 0 else ""))
+        return port
+
+    return parse
+
+
+def _address(text: str) -> str:
+    from ..client.connection import check_endpoint
+
+    try:
+        return check_endpoint(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _addresses(text: str) -> str:
+    for part in text.split(","):
+        if part.strip():
+            _address(part.strip())
+    return text
+
+
+def _connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection")
+    g.add_argument(
+        "--server",
+        type=_addresses,
+        default=os.environ.get("MSGSTORE_SERVER", DEFAULT_SERVER),
+        help="host:port of any node, comma-separated for several (env MSGSTORE_SERVER)",
+    )
+    g.add_argument("--token-file", help="file holding the data-plane token, when the server requires one")
+    g.add_argument("--token-env", default="MSGSTORE_TOKEN", help="environment variable holding the data-plane token")
+    g.add_argument("--admin-token-file", help="file holding the admin token")
+    g.add_argument("--admin-token-env", default="MSGSTORE_ADMIN_TOKEN", help="environment variable holding the admin token")
+    g.add_argument("--tls-ca", help="CA bundle to verify the server (enables TLS)")
+    g.add_argument("--tls-cert", help="client certificate (mutual TLS)")
+    g.add_argument("--tls-key", help="client key (mutual TLS)")
+    g.add_argument("--server-name", help="TLS name to verify when connecting by IP")
+    g.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+
+
+def _offline_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", help="store root directory")
+    p.add_argument("--config", help="store config file (JSON or key=value lines)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="store setting (segment sizes, index geometry)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command takes --json, before or after the subcommand's name."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        # SUPPRESS: a subcommand that is not given --json leaves the main parser's value alone
+        self.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+
+    def error(self, message: str) -> NoReturn:
+        """One line naming the flag, as every other refusal of ours (the usage is a --help away)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="msgstore", description="The msgstore command: run a store, talk to one, or look at a directory offline.")
+    parser.set_defaults(json=False)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("serve", help="run a store node")
+    s.add_argument("--data-dir", default=os.environ.get("MSGSTORE_DATA_DIR", "./data"), help="store root (default ./data)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a cluster)")
+    s.add_argument("--port", type=_port(0), default=10911, help="gRPC port (0 = any free port)")
+    s.add_argument("--advertise", type=_address, help="host:port others use to reach this node (default POD_IP or host, and port)")
+    s.add_argument("--node-name", help="node name in routes (default POD_NAME or the hostname)")
+    s.add_argument("--config", help="store config file: JSON, or key=value lines as RocketMQ's broker.conf")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="store setting, e.g. --set flushDiskType=SYNC_FLUSH")
+    s.add_argument("--admin-token-file", help="require this token on the admin service")
+    s.add_argument("--admin-token-env", default="MSGSTORE_ADMIN_TOKEN", help="or read it from this environment variable")
+    s.add_argument("--token-file", help="require this token on the data plane too")
+    s.add_argument("--tls-cert", help="server certificate (enables TLS)")
+    s.add_argument("--tls-key", help="server key")
+    s.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
+    s.add_argument("--peers", type=_addresses, help="other nodes, comma-separated host:port")
+    s.add_argument("--peers-dns", type=_address, help="host:port of a headless Service listing the nodes")
+    s.add_argument("--peers-file", help="file of host:port lines, re-read when it changes")
+    s.add_argument("--metrics-port", type=_port(-1), default=10912, help="Prometheus port (-1 = off)")
+    s.add_argument("--metrics-host", help="address for the metrics endpoint (default: --host)")
+    s.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
+    s.add_argument("--lock-wait", type=float, default=30.0, help="seconds to wait for a previous process to release the data directory")
+    s.add_argument("--group", help="replica group this node belongs to (default: its node name, a group of one)")
+    s.add_argument(
+        "--replica-of", metavar="HOST:PORT", type=_address, help="follow this master (brokerRole SLAVE): a byte-for-byte copy of its log"
+    )
+    s.add_argument("--roles-file", help="the operator's roles of every replica group (JSON), followed when it changes")
+    s.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("MSGSTORE_LOG_FORMAT", "text"))
+    s.add_argument("--log-level", default="info")
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("send", help="send a message")
+    s.add_argument("topic")
+    s.add_argument("body", nargs="?", help="message body (default: stdin; '-' = stdin)")
+    s.add_argument("--file", help="read the body from a file")
+    s.add_argument("--key", action="append", default=[], help="message key (repeatable); the first also picks the queue")
+    s.add_argument("--tags")
+    s.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
+    s.add_argument("--queue", type=int, help="queue id (default: by key, else round robin)")
+    s.add_argument("--node", help="node for --queue")
+    s.add_argument("--no-wait-flush", action="store_true", help="do not wait for the disk flush (SYNC_FLUSH stores)")
+    s.add_argument(
+        "--no-wait-visible",
+        action="store_true",
+        help="answer once stored, before the message can be pulled or queried (by default the answer waits "
+        "until it can, so a pull or query right after finds it)",
+    )
+    s.add_argument(
+        "--reorder",
+        action="store_true",
+        help="when the key's queue is down, send to another queue (breaks the key's order) instead of failing",
+    )
+    s.add_argument("--allow-empty", action="store_true", help="send an empty body read from stdin")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_send)
+
+    s = sub.add_parser("pull", help="read messages")
+    s.add_argument("topic")
+    s.add_argument("--queue", type=int, help="one queue id (default: every queue of every node)")
+    s.add_argument("--node", help="one node")
+    s.add_argument("--from", dest="start", help="earliest | latest | OFFSET | ISO time (default: earliest, or where --group left off)")
+    s.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages")
+    s.add_argument("--max", type=int, default=100, help="stop after this many messages (default 100; --follow has no limit)")
+    s.add_argument("--tag-filter", help="'TagA || TagB'")
+    s.add_argument("--group", help="commit progress as this consumer group")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_pull)
+
+    s = sub.add_parser("query", help="find messages by key")
+    s.add_argument("topic")
+    s.add_argument("--key", required=True)
+    s.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_query)
+
+    s = sub.add_parser("topics", help="list or create topics")
+    s.add_argument("action", choices=["list", "create"])
+    s.add_argument("name", nargs="?")
+    s.add_argument("--queues", type=int, default=0)
+    _connection_options(s)
+    s.set_defaults(fn=cmd_topics)
+
+    s = sub.add_parser("groups", help="consumer groups: members, the queues each holds, committed offsets and lag")
+    s.add_argument("group", nargs="?", help="only this group")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_groups)
+
+    s = sub.add_parser("route", help="the nodes of the store")
+    s.add_argument("topic", nargs="?")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_route)
+
+    s = sub.add_parser("admin", help="status, configuration and maintenance of every node (admin token)")
+    asub = s.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    node_help = "one node (name or address); default: every node of the store, each named in the output"
+    a = asub.add_parser("status", help="each node's state, recovery, disk, offsets and settings waiting for a restart")
+    a.add_argument("--node", help=node_help)
+    _connection_options(a)
+    a = asub.add_parser("config", help="get, or set (validated as a whole; hot keys apply at once)")
+    a.add_argument("config_action", choices=["get", "set"])
+    a.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
+    a.add_argument("--dry-run", action="store_true")
+    a.add_argument("--node", help=node_help)
+    _connection_options(a)
+    a = asub.add_parser("role", help="a member's role in its replica group; --replica-of makes it follow that master")
+    a.add_argument("--replica-of", metavar="HOST:PORT", type=_address, help="follow this master (after cutting back what it never had)")
+    a.add_argument("--forget", metavar="NAME", help="a member that left the group for good: no longer counted in its majority")
+    a.add_argument("--node", help="the member (default: the node --server names)")
+    _connection_options(a)
+    a = asub.add_parser(
+        "promote",
+        help="make the member --server names its group's master: fence the old master, check the member is in sync and "
+        "holds everything, promote it, point the others at it (a manual failover or switchover)",
+    )
+    a.add_argument("--epoch", type=int, default=0, help="the new epoch (default: one past the newest any member knows)")
+    a.add_argument("--mode", choices=["SYNC", "ASYNC"], help="replication mode as master (default: the group's)")
+    a.add_argument(
+        "--force",
+        action="store_true",
+        help="promote although the old master cannot be reached to fence it (it may acknowledge writes until it learns of "
+        "the new epoch; in ASYNC mode those are lost)",
+    )
+    a.add_argument(
+        "--unclean",
+        action="store_true",
+        help="promote a member outside the in-sync set, or one that holds less than the old master (it may lack acknowledged messages)",
+    )
+    a.add_argument("--node", help="the member (default: the node --server names)")
+    _connection_options(a)
+    for name, text in (
+        ("delete-expired", "delete expired commit-log segments now (arms 20 cleaner runs)"),
+        ("clean-expired-cq", "remove consume queues whose data is gone"),
+        ("clean-unused-topics", "remove consume queues of topics not in topics.json"),
+    ):
+        a = asub.add_parser(name, help=text)
+        a.add_argument("--node", help=node_help)
+        _connection_options(a)
+    s.set_defaults(fn=cmd_admin)
+
+    s = sub.add_parser("inspect", help="describe a store directory (offline)")
+    _offline_options(s)
+    s.set_defaults(fn=cmd_inspect)
+
+    s = sub.add_parser("fsck", help="check a store directory's consistency (offline)")
+    _offline_options(s)
+    s.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    s.set_defaults(fn=cmd_fsck)
+
+    from ..pipeline.cli import add_commands
+
+    add_commands(sub)
+    return parser

@@ -1,0 +1,55 @@
+"""``serve``: run a store node."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from .common import store_settings, token_source
+
+
+def cmd_serve(args) -> int:
+    from ..api.server import ServerOptions, StartError, serve
+    from ..store.config import ConfigError
+    from .. import logs
+
+    logs.setup(args.log_format, args.log_level)
+    try:
+        settings = store_settings(args)
+        from ..store import StoreConfig
+
+        StoreConfig(settings)  # fail fast, naming the key
+    except (ConfigError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    peers = [p for p in (args.peers or "").split(",") if p.strip()]
+    options = ServerOptions(
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        advertise=args.advertise,
+        node_name=args.node_name,
+        settings=settings,
+        admin_token=token_source(args.admin_token_file, args.admin_token_env),
+        data_token=token_source(args.token_file, None),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        peers=peers,
+        peers_dns=args.peers_dns,
+        peers_file=args.peers_file,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        metrics_host=args.metrics_host,
+        grace_s=args.grace,
+        lock_wait_s=args.lock_wait,
+        group=args.group,
+        replica_of=args.replica_of,
+        roles_file=args.roles_file,
+    )
+    try:
+        return asyncio.run(serve(options))
+    except KeyboardInterrupt:
+        return 0
+    except StartError as e:  # one line, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,49 @@
+"""``topics`` and ``route``: what the nodes hold and where."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..output import emit as _emit
+from .common import open_client, partial
+
+
+def cmd_topics(args) -> int:
+    skipped: list[str] = []
+    with open_client(args) as c:
+        if args.action == "create":
+            infos = c.create_topic(args.name, args.queues, skipped=skipped)
+            _emit(args, [{"topic": i.name, "queues": i.write_queue_nums} for i in infos], ["topic", "queues"])
+            return partial(skipped, "the topic was not created there: run the command again when it is back")
+        topics = c.topics(skipped=skipped)
+    _emit(
+        args,
+        [{"topic": t, "queues": " ".join(f"{n}:{q}" for n, q in per.items())} for t, per in sorted(topics.items())],
+        ["topic", "queues"],
+    )
+    return partial(skipped, "its topics are not listed")
+
+
+def cmd_route(args) -> int:
+    with open_client(args) as c:
+        route = c.route(args.topic or "", refresh=True)
+    rows = []
+    for n in route.nodes:
+        row: dict[str, Any] = {"node": n.name, "address": n.address, "ready": n.ready, "queues": len(n.queue_ids) if args.topic else "-"}
+        if len(n.members) > 1:  # a replica group: who is master, who follows and how far behind
+            if args.json:
+                row["members"] = [
+                    {"name": m.name, "address": m.address, "role": m.role, "ready": m.ready, "epoch": m.epoch, "lag_bytes": m.lag_bytes}
+                    for m in n.members
+                ]
+            else:
+                row["members"] = ", ".join(
+                    f"{m.name} {m.role}"
+                    + (f" lag {m.lag_bytes} B" if m.role == "SLAVE" else f" epoch {m.epoch}")
+                    + ("" if m.ready else " (down)")
+                    for m in n.members
+                )
+        rows.append(row)
+    columns = ["node", "address", "ready", "queues"] + (["members"] if any("members" in r for r in rows) else [])
+    _emit(args, rows, columns)
+    return 0
