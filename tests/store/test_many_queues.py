@@ -13,6 +13,7 @@ from msgstore.store import GetStatus, Message, MessageStore
 from msgstore.store.clock import ManualClock
 from msgstore.store.file_pool import FilePool
 from msgstore.store.queue_state import path_in
+from tests.support.servers import wait_until
 
 SETTINGS = {
     "mappedFileSizeCommitLog": 1 << 20,
@@ -176,14 +177,14 @@ def test_one_queue_whose_file_cannot_be_written_is_named_in_the_refusal(tmp_path
         assert store.wait_dispatched()
         os.makedirs(os.path.join(root, "consumequeue", "broken", "0", "00000000000000000000"))  # a directory where its file goes
         store.put_messages("broken", 0, [Message("broken", b"x", queue_id=0)])
-        refused = None
-        for _ in range(200):
-            refused = store.put_messages("ok", 0, [Message("ok", b"b", queue_id=0)])
-            if not refused.ok:
-                break
+
+        def refused():
             store.dispatcher.wakeup()
-        assert refused is not None and not refused.ok
-        assert "consume queue broken/0" in refused.reason, refused.reason
+            r = store.put_messages("ok", 0, [Message("ok", b"b", queue_id=0)])
+            return None if r.ok else r
+
+        refused = wait_until(refused, timeout=10, interval=0.01, what="the dispatch failure to refuse writes")
+        assert "consume queue broken/0" in refused.reason and "Is a directory" in refused.reason, refused.reason
     finally:
         store.shutdown()
 

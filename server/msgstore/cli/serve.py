@@ -9,9 +9,9 @@ from .common import store_settings, token_source
 
 
 def cmd_serve(args) -> int:
+    from .. import logs
     from ..api.server import ServerOptions, StartError, serve
     from ..store.config import ConfigError
-    from .. import logs
 
     logs.setup(args.log_format, args.log_level)
     try:

@@ -99,8 +99,9 @@ class ConsumeQueue:
     def verify_saved_end(self) -> bool:
         """After a crash, a saved end is kept only if the unit before it is on disk and is the
         last one the state knew (its phy + size is the saved max), and no file was rolled past
-        it; units past it are zeroed (re-dispatch writes back those the commit log still has),
-        so a later scan can never take stale ones back. False: scan this queue instead."""
+        it; only then are the units past it zeroed (re-dispatch writes back those the commit
+        log still has), so a later scan can never take stale ones back. False: scan this queue
+        instead, with nothing touched."""
         end = self.segments.max_wrote_offset()
         last = self.segments.last()
         if last is None:

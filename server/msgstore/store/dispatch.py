@@ -234,13 +234,14 @@ class Dispatcher(ServiceThread):
         self.logics_timestamp = h.store_timestamp
         self._notify(h.topic, h.queue_id, cq.max_offset)
 
-    def apply_columns(self, cols: codec.Columns, index: bool = True) -> None:
-        """Dispatch parsed records: consume-queue units per queue, index entries per key."""
+    def apply_columns(self, cols: codec.Columns, index: bool = True, units_from: int = 0) -> None:
+        """Dispatch parsed records: consume-queue units per queue (for records from commit-log
+        offset ``units_from`` on: recovery knows the queues hold the rest), index entries per key."""
         n = len(cols)
         if n == 0:
             return
         t = cols.sys_flags & codec.TRANSACTION_MASK
-        idx = np.nonzero((t == codec.TRANSACTION_NOT_TYPE) | (t == codec.TRANSACTION_COMMIT))[0]
+        idx = np.nonzero(((t == codec.TRANSACTION_NOT_TYPE) | (t == codec.TRANSACTION_COMMIT)) & (cols.phys >= units_from))[0]
         touched = []
         if len(idx):
             group_key = (cols.topic_ids[idx].astype(np.int64) << 32) | cols.queue_ids[idx].astype(np.int64) & 0xFFFFFFFF

@@ -100,16 +100,16 @@ class FilePool:
     def _evict(self) -> list[int]:
         """Idle descriptors over the bound, oldest first (call with the lock held)."""
         closing: list[int] = []
-        if len(self._open) <= self.capacity:
-            return closing
-        for path in list(self._open):
-            if len(self._open) <= self.capacity:
-                break
-            entry = self._open[path]
-            if entry.users == 0:
-                del self._open[path]
-                closing.append(entry.fd)
-        return closing  # every descriptor in use: over the bound until they are given back
+        while len(self._open) > self.capacity:
+            path, entry = next(iter(self._open.items()))
+            if entry.users:  # the oldest is in use: look further (rare), else stay over until given back
+                path = next((p for p, e in self._open.items() if e.users == 0), "")
+                if not path:
+                    break
+                entry = self._open[path]
+            del self._open[path]
+            closing.append(entry.fd)
+        return closing
 
     def _shrink(self) -> None:
         with self._lock:

@@ -122,7 +122,7 @@ class QueueFile:
         """Offset after the last non-zero byte at or after ``pos`` (see Segment.data_end):
         holes are skipped through SEEK_DATA, so a sparse file is never read through."""
         last = pos
-        chunk = 1 << 16
+        chunk = min(1 << 16, zero_run) if zero_run else 1 << 16
         try:
             with self.pool.use(self.path) as fd:
                 cursor = pos

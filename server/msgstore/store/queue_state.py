@@ -33,6 +33,7 @@ QueueRecord = tuple[str, int, list[int], int, int, int, int]
 class QueueState:
     clean: bool = False  # the marker was there: written by a clean stop, nothing changed since
     dispatched: int = 0  # the commit-log offset dispatched when the ends were taken
+    flushed: int = 0  # the commit log's flushed end then (on disk: a crash start scans from the lower of the two)
     file_size: int = 0
     queues: list[QueueRecord] = field(default_factory=list)
 
@@ -46,6 +47,7 @@ def save(consumequeue_dir: str, state: QueueState) -> None:
     doc = {
         "version": VERSION,
         "dispatched": state.dispatched,
+        "flushed": state.flushed,
         "fileSize": state.file_size,
         "queues": [list(q) for q in state.queues],
     }
@@ -107,7 +109,7 @@ def load(consumequeue_dir: str, file_size: int) -> QueueState | None:
         log.warning("%s is malformed (%s); the consume queues are scanned instead", path, e)
         return None
     clean = os.path.exists(os.path.join(consumequeue_dir, CLEAN))
-    return QueueState(clean, int(doc.get("dispatched", 0)), file_size, queues)
+    return QueueState(clean, int(doc.get("dispatched", 0)), int(doc.get("flushed", 0)), file_size, queues)
 
 
 def discard(consumequeue_dir: str) -> None:

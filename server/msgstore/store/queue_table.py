@@ -12,6 +12,7 @@ flushed, and a start takes the queues' ends from the saved state instead of thei
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -104,10 +105,16 @@ class QueueTable:
     def adopt(self, state: QueueState) -> None:
         """Every queue the saved state names, opening no file."""
         queues = {}
-        for topic, queue_id, starts, min_logic, end, max_phy, first_phy in state.queues:
-            cq = self._new(topic, queue_id)
-            cq.adopt(starts, min_logic, end, max_phy, first_phy)
-            queues[(topic, queue_id)] = cq
+        collecting = gc.isenabled()
+        gc.disable()  # 100,000 queues are 500,000 objects: without this, collections take a third of the start
+        try:
+            for topic, queue_id, starts, min_logic, end, max_phy, first_phy in state.queues:
+                cq = self._new(topic, queue_id)
+                cq.adopt(starts, min_logic, end, max_phy, first_phy)
+                queues[(topic, queue_id)] = cq
+        finally:
+            if collecting:
+                gc.enable()
         self._queues = queues
 
     def snapshot(self) -> list[QueueRecord]:

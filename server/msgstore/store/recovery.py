@@ -17,6 +17,7 @@ from typing import Any
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .config import StoreConfig
+from .consume_queue import ConsumeQueue
 from .dispatch import Dispatcher
 from .index import IndexService
 from .queue_state import QueueState
@@ -136,11 +137,13 @@ class Recovery:
         if saved is None:
             for cq in cqs:
                 cq.recover()
-        elif not trusted:
+        rescanned: list[ConsumeQueue] = []
+        if saved is not None and not trusted:
             for cq in cqs:
                 if not cq.verify_saved_end():
                     report.queues_scanned += 1
                     cq.rescan()
+                    rescanned.append(cq)
                     if cq.segments.last() is None and not os.path.isdir(cq.segments.directory):
                         self.queues.forget(cq.topic, cq.queue_id)  # dropped after the state was saved
             cqs = self.queues.all()
@@ -156,12 +159,21 @@ class Recovery:
             strict_idx = normal_start(cl, segs, cq_max)
         else:
             strict_idx = abnormal_start(cl, segs, self.checkpoint.min_timestamp())
+        units_from = saved.dispatched if trusted and saved is not None else 0  # a clean stop's queues hold all before it
         if saved is not None and not trusted:
-            at = cl.segments.find(saved.dispatched)
-            if at in segs:
-                strict_idx = min(strict_idx, segs.index(at))
-            elif saved.dispatched < segs[0].start:  # the log was cleaned past it: from its start
-                strict_idx = 0
+            # consume-queue units are written again only for what came after the ends were
+            # taken: from the earlier of the dispatch position and the flushed end then, and
+            # from the last good unit of a queue whose saved end was not on disk (it lost units
+            # before that). The log itself is still scanned from the checkpoint's start, to find
+            # its end as RocketMQ does; scanning is cheap, writing 100,000 queues' units is not.
+            floors = [cq.max_phy_offset for cq in rescanned if self.queues.get(cq.topic, cq.queue_id) is cq]
+            if all(f >= 0 for f in floors):  # else a rescanned queue kept no unit: all of it, as without a state
+                units_from = min([saved.dispatched, *([saved.flushed] if saved.flushed > 0 else []), *floors])
+                at = cl.segments.find(units_from)
+                if at in segs:
+                    strict_idx = min(strict_idx, segs.index(at))
+                elif units_from < segs[0].start:  # the log was cleaned past it: from its start
+                    strict_idx = 0
         scan_idx = strict_idx
         idx_end = self.index.end_phy
         if self.settings().messageIndexEnable and idx_end < segs[strict_idx].start:
@@ -170,13 +182,14 @@ class Recovery:
             catch_up = cl.segments.find(max(idx_end, segs[0].start), first_if_missing=True)
             scan_idx = segs.index(catch_up) if catch_up in segs else 0
         report.bytes_to_scan = sum(s.size for s in segs[scan_idx:])
-        end = self._scan(segs, scan_idx, strict_idx)
+        end = self._scan(segs, scan_idx, strict_idx, units_from)
         if self.index.end_phy > idx_end:
             report.index_rebuilt_from = idx_end
         self._finish(end, t0)
 
-    def _scan(self, segs: list[Segment], first: int, strict: int) -> int:
-        """Walk records from segment ``first``; the end of the last good record is returned.
+    def _scan(self, segs: list[Segment], first: int, strict: int, units_from: int = 0) -> int:
+        """Walk records from segment ``first``; the end of the last good record is returned
+        (consume-queue units only for records from ``units_from`` on).
 
         Segments before ``strict`` are only read to rebuild the index: a bad record there is
         reported as damage and the walk moves on to the next segment instead of cutting the log.
@@ -191,7 +204,7 @@ class Recovery:
             while True:
                 cols, pos, stop, _bad = cl.scan_segment(seg, pos, check_crc, CHUNK)
                 if len(cols):
-                    dispatcher.apply_columns(cols)
+                    dispatcher.apply_columns(cols, units_from=units_from)
                     report.records_scanned += len(cols)
                     self.last_store_ts = int(cols.store_timestamps[-1])
                 report.bytes_scanned = seg.start + pos - segs[first].start
@@ -219,8 +232,8 @@ class Recovery:
         cl.segments.set_positions_after_recovery(end)
         report.bytes_truncated = truncated
         self.dispatcher.reput_from = end
-        if self.last_store_ts:
-            cl.last_store_ts = self.last_store_ts
+        if self.last_store_ts or self.checkpoint.physic_msg_timestamp:  # store times never go back
+            cl.last_store_ts = max(self.last_store_ts, self.checkpoint.physic_msg_timestamp)
         report.commitlog_end = end
         report.duration_ms = int((time.monotonic() - t0) * 1000)
         report.state = "done"

@@ -410,14 +410,15 @@ class MessageStore:
         save = queues.changes != self._state_saved_changes and (now - self._state_saved_at) * 1000 >= self.config.queueStateInterval
         if save:
             epoch = queues.state_epoch
+            flushed = self.commitlog.flushed_offset
             dispatched = self.dispatcher.reput_from
             changes = queues.changes
             records = queues.snapshot()
         ok = flush_consume_queues(queues, self.checkpoint, self.dispatcher.logics_timestamp, 0 if save else least_pages)
-        if save and ok and self._save_queue_state(dispatched, records, clean=False, epoch=epoch):
+        if save and ok and self._save_queue_state(dispatched, flushed, records, clean=False, epoch=epoch):
             self._state_saved_changes, self._state_saved_at = changes, now
 
-    def _save_queue_state(self, dispatched: int, records: list[QueueRecord], clean: bool, epoch: int | None = None) -> bool:
+    def _save_queue_state(self, dispatched: int, flushed: int, records: list[QueueRecord], clean: bool, epoch: int | None = None) -> bool:
         """Write the state unless queues were cut or dropped since ``epoch``; True when written."""
         queues = self.queues
         try:
@@ -425,7 +426,7 @@ class MessageStore:
             with queues.state_lock:
                 if epoch is not None and epoch != queues.state_epoch:
                     return False
-                queue_state.save(self.layout.consumequeue_dir, QueueState(clean, dispatched, self.config.cq_file_size, records))
+                queue_state.save(self.layout.consumequeue_dir, QueueState(clean, dispatched, flushed, self.config.cq_file_size, records))
             return True
         except OSError as e:  # (a full disk): the next start scans what it cannot trust
             log.warning("could not save the consume queues' state: %s", e)
@@ -468,7 +469,7 @@ class MessageStore:
             self.dispatcher._dispatch_to(self.dispatcher.bound())
             self.cq_flusher.stop()
             self._flush_consume_queues(0)
-            self._save_queue_state(self.dispatcher.reput_from, self.queues.snapshot(), clean=True)
+            self._save_queue_state(self.dispatcher.reput_from, self.commitlog.flushed_offset, self.queues.snapshot(), clean=True)
             self.index.flush()
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commitlog.segments.store_timestamp)
             self.checkpoint.flush()
