@@ -47,13 +47,15 @@ class FilePool:
     def use(self, path: str, create: bool = False) -> Iterator[int]:
         """A descriptor of ``path`` for the duration of the block (FileNotFoundError when the
         file is gone and ``create`` is false)."""
-        entry = self._borrow(path, create)
+        entry = self.borrow(path, create)
         try:
             yield entry.fd
         finally:
-            self._give_back(entry)
+            self.give_back(entry)
 
-    def _borrow(self, path: str, create: bool) -> _Entry:
+    def borrow(self, path: str, create: bool = False) -> _Entry:
+        """The entry of ``path``, its ``fd`` usable until :meth:`give_back` (``use`` without
+        the context manager's cost, for the hot paths)."""
         with self._lock:
             entry = self._open.get(path)
             if entry is not None:
@@ -88,7 +90,7 @@ class FilePool:
             os.close(extra)
         return entry
 
-    def _give_back(self, entry: _Entry) -> None:
+    def give_back(self, entry: _Entry) -> None:
         close = False
         with self._lock:
             entry.users -= 1

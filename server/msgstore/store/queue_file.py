@@ -68,22 +68,28 @@ class QueueFile:
     def read(self, pos: int, size: int) -> bytes:
         """``size`` bytes at ``pos`` (fewer past the file's end; none once it is deleted)."""
         try:
-            with self.pool.use(self.path) as fd:
-                return os.pread(fd, size, pos)
+            entry = self.pool.borrow(self.path)  # (no context manager: this is every pull's path)
         except FileNotFoundError:
             return b""
+        try:
+            return os.pread(entry.fd, size, pos)
+        finally:
+            self.pool.give_back(entry)
 
     def write_at(self, pos: int, data: bytes | memoryview) -> None:
         view = memoryview(data)
         n = len(view)
-        with self.pool.use(self.path) as fd:
+        entry = self.pool.borrow(self.path)
+        try:
             p = pos
             while len(view):
-                w = os.pwrite(fd, view, p)
+                w = os.pwrite(entry.fd, view, p)
                 if w <= 0:
                     raise OSError(errno.ENOSPC, "short write", self.path)
                 p += w
                 view = view[w:]
+        finally:
+            self.pool.give_back(entry)
         if pos + n > self.wrote:
             self.wrote = self.committed = pos + n
         if self.wrote >= self.size:
