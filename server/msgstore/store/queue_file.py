@@ -15,7 +15,7 @@ import errno
 import os
 
 from .file_pool import FilePool
-from .segment import PAGE
+from .segment import PAGE, data_extents
 
 
 class QueueFile:
@@ -131,16 +131,8 @@ class QueueFile:
         chunk = min(1 << 16, zero_run) if zero_run else 1 << 16
         try:
             with self.pool.use(self.path) as fd:
-                cursor = pos
-                while cursor < self.size:
-                    try:
-                        begin = os.lseek(fd, cursor, os.SEEK_DATA)
-                    except OSError:
-                        break  # ENXIO: holes only after cursor
-                    if begin >= self.size:
-                        break
-                    end = min(os.lseek(fd, begin, os.SEEK_HOLE), self.size)
-                    p = max(begin, pos)
+                for begin, end in data_extents(fd, pos, self.size):
+                    p = begin
                     while p < end:
                         if zero_run is not None and p - last >= zero_run:
                             return last
@@ -150,7 +142,6 @@ class QueueFile:
                         if kept:
                             last = p + kept
                         p += len(data) or chunk
-                    cursor = end
         except FileNotFoundError:
             pass
         return last
@@ -160,16 +151,7 @@ class QueueFile:
         reads a queue file up to its first empty unit, we never read its holes at all)."""
         try:
             with self.pool.use(self.path) as fd:
-                end, cursor = 0, 0
-                while cursor < self.size:
-                    try:
-                        begin = os.lseek(fd, cursor, os.SEEK_DATA)
-                    except OSError:
-                        break
-                    if begin >= self.size:
-                        break
-                    end = cursor = min(os.lseek(fd, begin, os.SEEK_HOLE), self.size)
-                return end
+                return max((end for _begin, end in data_extents(fd, 0, self.size)), default=0)
         except FileNotFoundError:
             return 0
 
@@ -218,14 +200,6 @@ def read_extent(path: str, unit: int = 20) -> tuple[bytes, int]:
     with open(path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        end, cursor = 0, 0
-        while cursor < size:
-            try:
-                begin = os.lseek(fd, cursor, os.SEEK_DATA)
-            except OSError:
-                break
-            if begin >= size:
-                break
-            end = cursor = min(os.lseek(fd, begin, os.SEEK_HOLE), size)
+        end = max((e for _b, e in data_extents(fd, 0, size)), default=0)
         limit = min(size, -(-end // unit) * unit)
         return os.pread(fd, limit, 0), size

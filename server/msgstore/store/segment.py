@@ -21,6 +21,22 @@ PAGE = mmap.PAGESIZE
 Syncer = Callable[[mmap.mmap, int, int], None]
 
 
+def data_extents(fd: int, pos: int, size: int) -> Iterator[tuple[int, int]]:
+    """(begin, end) ranges of the file at or after ``pos`` (below ``size``) that hold allocated
+    blocks: holes are skipped with SEEK_DATA/SEEK_HOLE, never read."""
+    cursor = pos
+    while cursor < size:
+        try:
+            data = os.lseek(fd, cursor, os.SEEK_DATA)
+        except OSError:
+            return  # ENXIO: nothing but holes after cursor
+        if data >= size:
+            return
+        hole = min(os.lseek(fd, data, os.SEEK_HOLE), size)
+        yield max(data, pos), hole
+        cursor = hole
+
+
 def msync(mm: mmap.mmap, offset: int, length: int) -> None:
     """Force ``length`` bytes at ``offset`` (page-aligned) of a mapping to disk."""
     if length > 0:
@@ -263,17 +279,7 @@ class Segment:
         except OSError:
             return
         try:
-            cursor = pos
-            while cursor < self.size:
-                try:
-                    data = os.lseek(fd, cursor, os.SEEK_DATA)
-                except OSError:
-                    return  # ENXIO: nothing but holes after cursor
-                if data >= self.size:
-                    return
-                hole = min(os.lseek(fd, data, os.SEEK_HOLE), self.size)
-                yield max(data, pos), hole
-                cursor = hole
+            yield from data_extents(fd, pos, self.size)
         finally:
             os.close(fd)
 
