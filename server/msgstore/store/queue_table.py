@@ -103,6 +103,12 @@ class QueueTable:
             finally:
                 os.close(fd)
 
+    def sync_file_system(self) -> None:
+        """Every queue file's name and contents on disk (a crashed run's new files among them)."""
+        os.makedirs(self.layout.consumequeue_dir, exist_ok=True)
+        if not _syncfs(self.layout.consumequeue_dir):
+            os.sync()
+
     def invalidate_state(self) -> None:
         """Queues are about to be cut or dropped: the saved ends would lie, so they go first
         (a crash then scans), and a save already under way is not written."""

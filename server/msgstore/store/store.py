@@ -243,7 +243,7 @@ class MessageStore:
                 self.clock.now_ms,
             ).run(last_exit_ok, saved)
             if not (saved is not None and saved.clean and last_exit_ok):
-                os.sync()  # queue files a crashed run created: their names on disk before any state names them
+                self.queues.sync_file_system()  # queue files a crashed run created: on disk before a state names them
             self._register_discovered_topics()
             self._start_services()
             self.state = "running"
