@@ -115,8 +115,12 @@ def load(consumequeue_dir: str, file_size: int) -> QueueState | None:
 def discard(consumequeue_dir: str) -> None:
     """A start that found the file stale or the queues changed without it: remove it so that a
     crash before the next save scans instead of trusting it."""
+    gone = False
     for p in (os.path.join(consumequeue_dir, CLEAN), path_in(consumequeue_dir)):
         try:
             os.unlink(p)
+            gone = True
         except FileNotFoundError:
             pass
+    if gone:
+        _sync_dir(consumequeue_dir)
