@@ -498,6 +498,10 @@ class StoreServer:
             return
         self.stopping = True
         log.info("shutting down")
+        if self.replica is not None and self.replica.lease is not None:
+            # first: a master that goes on renewing while its followers disconnect publishes an
+            # in-sync set of itself alone, and the operator then has nobody to elect
+            self.replica.lease.stop()
         await self.health.enter_graceful_shutdown()
         if self.waiters is not None:
             self.waiters.wake_all()
@@ -506,8 +510,6 @@ class StoreServer:
         if self.peers is not None:
             await self.peers.close()
         if self.replica is not None:
-            if self.replica.lease is not None:
-                self.replica.lease.stop()
             await self.replica.stop()
         for ch in self._ha_channels.values():
             await ch.close()
