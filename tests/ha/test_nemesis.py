@@ -152,7 +152,8 @@ class Campaign:
             cwd=ROOT,
         )
 
-    def promote(self, candidate: ServerProcess, *flags: str) -> dict:
+    def promote(self, candidate: ServerProcess, *flags: str) -> ServerProcess:
+        """Returns the member promoted: the one asked for, or the one its refusal named."""
         proc = self.controller("--server", candidate.address, "--timeout", "5", *flags)
         out, err = proc.communicate(timeout=90)
         better = re.search(r"holds more of \S+ history than \S+ .*: promote (\S+), or pass --unclean", err.decode())
@@ -162,7 +163,8 @@ class Campaign:
             out, err = proc.communicate(timeout=90)
         assert proc.returncode == 0, f"admin promote {candidate.name} {' '.join(flags)}: {err.decode()}"
         self.ledger.elected(candidate.address)
-        return json.loads(out)
+        json.loads(out)  # the command's --json answer parses
+        return candidate
 
     # ------------------------------------------------------------------ faults
 
@@ -174,30 +176,30 @@ class Campaign:
         t0 = time.monotonic()
         if fault == "kill":
             old.kill()
-            self.promote(new, "--force")
+            new = self.promote(new, "--force")
             old.start(wait=False)  # its own command: it learns the new epoch from its group
         elif fault == "pause":
             os.kill(old.proc.pid, signal.SIGSTOP)
             try:
                 self.quiet(old)
-                self.promote(new, "--force")
+                new = self.promote(new, "--force")
             finally:
                 os.kill(old.proc.pid, signal.SIGCONT)
         elif fault == "partition":
             self.net.isolate(self.hosts[self.members.index(old)])
             try:
                 self.quiet(old)
-                self.promote(new, "--force")
+                new = self.promote(new, "--force")
             finally:
                 self.net.heal()
         elif fault == "switchover":
-            self.promote(new)
+            new = self.promote(new)
         elif fault == "interrupted":
             proc = self.controller("--server", new.address, "--timeout", "5")
             time.sleep(self.rng.uniform(0.05, 1.2))  # somewhere in fence, catch-up, promote or repoint
             proc.kill()
             proc.communicate()
-            self.promote(new)  # run again: finishes what the first left, at one epoch
+            new = self.promote(new)  # run again: finishes what the first left, at one epoch
         elif fault == "follower_down":
             victim = self.rng.choice([m for m in self.members if m is not old])
             victim.kill()
