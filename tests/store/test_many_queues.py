@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 
 import pytest
 
@@ -111,8 +112,14 @@ def crash(store: MessageStore) -> None:
     store.state = "shutdown"
 
 
+def reboot(monkeypatch) -> None:
+    """Play a machine that went down with the process: another boot id than the crashed run's."""
+    monkeypatch.setenv("MSGSTORE_BOOT_ID", "another-boot-" + str(random.random()))
+
+
 @pytest.mark.parametrize("saved_state", [True, False])
-def test_after_a_crash_every_message_is_read_whatever_the_saved_state_says(tmp_path, saved_state):
+@pytest.mark.parametrize("rebooted", [False, True], ids=["process-crash", "machine-crash"])
+def test_after_a_crash_every_message_is_read_whatever_the_saved_state_says(tmp_path, monkeypatch, saved_state, rebooted):
     root = str(tmp_path / "store")
     store = MessageStore(root, SETTINGS).start()
     sent: dict[tuple[str, int], list[bytes]] = {}
@@ -134,10 +141,14 @@ def test_after_a_crash_every_message_is_read_whatever_the_saved_state_says(tmp_p
                 put(t, q, b"after-%d-%d-%d" % (t, q, k))
     assert store.wait_dispatched()
     crash(store)
+    if rebooted:
+        reboot(monkeypatch)
 
     store = MessageStore(root, SETTINGS).start()
     try:
         assert store.recovery_report.mode == "abnormal"
+        # the saved ends are checked against the files only when the page cache may have been lost
+        assert (store.recovery_report.queues_checked > 0) == (saved_state and rebooted)
         assert len(store.queues) == len(sent)
         for (topic, q), bodies in sent.items():
             assert read_all(store, topic, q) == bodies, (topic, q)
@@ -147,9 +158,10 @@ def test_after_a_crash_every_message_is_read_whatever_the_saved_state_says(tmp_p
         store.shutdown()
 
 
-def test_a_saved_end_not_on_disk_is_scanned_again(tmp_path):
-    """A state saved after its queue files were lost (or a copy of a live directory): the end
-    it names is checked against the file, never trusted blindly."""
+@pytest.mark.parametrize("how", ["machine-crash", "copied-directory", "old-abort-file"])
+def test_a_saved_end_not_on_disk_is_scanned_again(tmp_path, monkeypatch, how):
+    """A state saved after its queue files were lost (a machine that went down, or a copy of a
+    live directory): the end it names is checked against the file, never trusted blindly."""
     root = str(tmp_path / "store")
     store = MessageStore(root, SETTINGS).start()
     for i in range(10):
@@ -157,14 +169,47 @@ def test_a_saved_end_not_on_disk_is_scanned_again(tmp_path):
     assert store.wait_dispatched()
     store._flush_consume_queues(0)
     crash(store)
+    if how == "machine-crash":
+        reboot(monkeypatch)
+    elif how == "copied-directory":
+        shutil.copytree(root, str(tmp_path / "copy"))
+        root = str(tmp_path / "copy")
+    else:  # RocketMQ's (and our earlier versions') empty abort file says nothing about the run
+        open(os.path.join(root, "abort"), "wb").close()
     qfile = os.path.join(root, "consumequeue", "t", "0", "00000000000000000000")
     with open(qfile, "r+b") as f:  # the last five units never reached the disk
         f.seek(5 * 20)
         f.write(bytes(5 * 20))
     store = MessageStore(root, SETTINGS).start()
     try:
+        assert store.recovery_report.queues_checked == 1
         assert store.recovery_report.queues_scanned == 1
         assert read_all(store, "t", 0) == [b"%d" % i for i in range(10)]  # dispatched again from the commit log
+    finally:
+        store.shutdown()
+
+
+def test_a_process_crash_start_opens_no_queue_file_it_does_not_write(tmp_path):
+    """Only the process died (same boot, same directory): its writes are in the page cache, so
+    the saved ends are taken without a look at 300 queues' files; re-dispatch writes the few
+    that changed after the save."""
+    root = str(tmp_path / "store")
+    settings = {**SETTINGS, "queueStateInterval": 0}  # every flush pass saves the ends
+    store = MessageStore(root, settings).start()
+    for t in range(100):
+        for q in range(3):
+            assert store.put_messages(f"t{t}", q, [Message(f"t{t}", b"a", queue_id=q)]).ok
+    assert store.wait_dispatched()
+    store._flush_consume_queues(0)
+    assert store.put_messages("t7", 1, [Message("t7", b"b", queue_id=1)]).ok
+    assert store.wait_dispatched()
+    crash(store)
+    store = MessageStore(root, settings).start()
+    try:
+        assert store.recovery_report.queues_checked == 0
+        assert store.queues.pool.opened <= 1  # t7/1, written again by re-dispatch
+        assert read_all(store, "t7", 1) == [b"a", b"b"]
+        assert read_all(store, "t99", 2) == [b"a"]
     finally:
         store.shutdown()
 

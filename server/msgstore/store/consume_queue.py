@@ -26,6 +26,9 @@ FILLER = _UNIT.pack(0, FILLER_SIZE, 0)
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 
 
+_TAIL_RUN = 4096  # zero bytes after a queue's last unit that mark its file's end (a unit holds runs of at most 16)
+
+
 def is_filler(phy: int, size: int) -> bool:
     return phy == 0 and size == FILLER_SIZE
 
@@ -108,9 +111,16 @@ class ConsumeQueue:
             return not os.path.isdir(self.segments.directory) or not os.listdir(self.segments.directory)
         if os.path.exists(os.path.join(self.segments.directory, f"{last.start + self.file_size:020d}")):
             return False
+        tail: bytes | None = None  # what follows the end in its file (one read with the unit before it, when both are in it)
         if end > self.min_logic_offset:
             seg = self.segments.find(end - UNIT)
-            raw = seg.read(end - UNIT - seg.start, UNIT) if seg is not None else b""
+            if seg is None:
+                return False
+            if seg is last and end < last.start + self.file_size:
+                raw = seg.read(end - UNIT - seg.start, UNIT + _TAIL_RUN)
+                raw, tail = raw[:UNIT], raw[UNIT:]
+            else:
+                raw = seg.read(end - UNIT - seg.start, UNIT)
             if len(raw) < UNIT:
                 return False
             phy, size, _tag = _UNIT.unpack(raw)
@@ -119,7 +129,10 @@ class ConsumeQueue:
             if not is_filler(phy, size) and phy + size != self.max_phy_offset:
                 return False
         if end < last.start + self.file_size:
-            last.zero_from(end - last.start, 4096)
+            if tail is None:
+                tail = last.read(end - last.start, _TAIL_RUN)
+            if tail.count(0) != len(tail):  # (a zero run this long is past any unit: the file's end)
+                last.zero_from(end - last.start, _TAIL_RUN)
         return True
 
     def rescan(self) -> None:

@@ -7,6 +7,7 @@ report what happened: mode, progress, duration, bytes scanned and truncated.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import time
@@ -43,6 +44,7 @@ class RecoveryReport:
     index_files_destroyed: int = 0
     index_rebuilt_from: int = -1
     queues_scanned: int = 0  # after a crash: queues whose saved end was not found on disk
+    queues_checked: int = 0  # after a crash: saved ends checked against their files (none when only the process died)
     commitlog_end: int = 0
     damage: list[str] = field(default_factory=list)
     error: str = ""
@@ -99,6 +101,18 @@ def abnormal_start(cl: CommitLog, segs: list[Segment], min_timestamp: int) -> in
     return 0
 
 
+CHECKERS = 8  # threads checking saved ends: a cold page cache makes each check a few disk reads
+
+
+def _check_saved_ends(cqs: list[ConsumeQueue]) -> list[bool]:
+    """``verify_saved_end`` of every queue, in parallel where there are many (each check is a
+    handful of system calls on files of its own, which release the interpreter's lock)."""
+    if len(cqs) < 512:
+        return [cq.verify_saved_end() for cq in cqs]
+    with concurrent.futures.ThreadPoolExecutor(CHECKERS, thread_name_prefix="cq-check") as pool:
+        return list(pool.map(ConsumeQueue.verify_saved_end, cqs, chunksize=256))
+
+
 class Recovery:
     def __init__(
         self,
@@ -121,11 +135,16 @@ class Recovery:
         self.now_ms = now_ms
         self.last_store_ts = 0
 
-    def run(self, last_exit_ok: bool, saved: QueueState | None = None) -> None:
+    def run(self, last_exit_ok: bool, saved: QueueState | None = None, page_cache_kept: bool = False) -> None:
         """``saved``: the consume queues' state the table adopted (queue_state.py). Taken whole
-        after a clean stop; otherwise each queue's saved end is checked against its file (a
-        queue whose end is not on disk is scanned), and the commit log is dispatched again from
-        where it stood when the ends were taken."""
+        after a clean stop; otherwise the commit log is dispatched again from where it stood
+        when the ends were taken, and, unless only the process died (``page_cache_kept``:
+        abort_file.py), each queue's saved end is first checked against its file (a queue
+        whose end is not on disk is scanned).
+
+        Why a process crash needs no check: its writes are all in the page cache, so the commit
+        log keeps every record whose units a queue holds, re-dispatch writes back the same
+        units at the same places, and no queue can hold a unit whose record is gone."""
         report = self.report
         report.mode = "normal" if last_exit_ok else "abnormal"
         report.state = "running"
@@ -138,9 +157,10 @@ class Recovery:
             for cq in cqs:
                 cq.recover()
         rescanned: list[ConsumeQueue] = []
-        if saved is not None and not trusted:
-            for cq in cqs:
-                if not cq.verify_saved_end():
+        if saved is not None and not trusted and not page_cache_kept:
+            report.queues_checked = len(cqs)
+            for cq, kept in zip(cqs, _check_saved_ends(cqs)):
+                if not kept:
                     report.queues_scanned += 1
                     cq.rescan()
                     rescanned.append(cq)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..record import codec
-from . import queue_state
+from . import abort_file, queue_state
 from .checkpoint import Checkpoint
 from .cleanup import CommitLogCleaner, ConsumeQueueCleaner, DiskMonitor, DiskUsage
 from .clock import Clock, DiskProbe
@@ -201,6 +201,7 @@ class MessageStore:
             self.state = "recovering"
             self._load_config()
             last_exit_ok = not os.path.exists(self.abort_path)
+            page_cache_kept = not last_exit_ok and abort_file.page_cache_survived(self.abort_path, self.root)
             self._create_abort()
             created_abort = last_exit_ok
             self.topics = TopicTable(self.config_dir)
@@ -241,7 +242,7 @@ class MessageStore:
                 self.settings,
                 self.recovery_report,
                 self.clock.now_ms,
-            ).run(last_exit_ok, saved)
+            ).run(last_exit_ok, saved, page_cache_kept)
             if not (saved is not None and saved.clean and last_exit_ok):
                 self.queues.sync_file_system()  # queue files a crashed run created: on disk before a state names them
             self._register_discovered_topics()
@@ -297,16 +298,7 @@ class MessageStore:
                 os.close(fd)
 
     def _create_abort(self) -> None:
-        fd = os.open(self.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        dfd = os.open(self.root, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        abort_file.create(self.abort_path, self.root)
 
     def _load_config(self) -> None:
         """Defaults ← settings persisted by earlier updates ← explicit start-up settings."""
