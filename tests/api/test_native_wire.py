@@ -45,7 +45,8 @@ def plane(make_store):
 def _python(plane, request):
     dp, store = plane
     store.commitlog.set_store_host(codec.host_from_bytes(STORE_HOST))
-    return dp._prepare_parsed(request, BORN)
+    groups, n, _handles = dp._prepare_parsed(request, BORN)
+    return groups, n
 
 
 def _native(plane, data):

@@ -92,6 +92,7 @@ class ReplicationPlane:
             consumer_offsets_json=snap["offsets"],
             subscription_groups_json=snap["groups"],
             master_end=self.server.store.commitlog.max_offset,
+            broker_state=self.server.broker.followed_state() if self.server.broker is not None else {},
         )
 
 

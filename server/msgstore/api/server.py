@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .. import wire
+from ..broker import BrokerServices
 from ..ha.epochs import EpochFile, EpochFileError
 from ..ha.lease import LeaseKeeper
 from ..ha.replica import Replica, RoleError
@@ -149,6 +150,7 @@ class StoreServer:
         self.peers: PeerDirectory | None = None
         self.bound_port: int | None = None
         self.replica: Replica | None = None
+        self.broker: BrokerServices | None = None
         self._ha_channels: dict[str, grpc.aio.Channel] = {}
         self.roles: RolesFile | None = RolesFile(options.roles_file) if options.roles_file else None
 
@@ -480,6 +482,7 @@ class StoreServer:
             return
         if self.roles is not None:
             loop.create_task(self._follow_roles())
+        self.broker = BrokerServices(self.store, self._broker_delivers).start()
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)
@@ -488,6 +491,11 @@ class StoreServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         rep = self.store.recovery_report
         log.info("serving", extra={"recovery": rep.mode, "recovery_ms": rep.duration_ms, "truncated": rep.bytes_truncated})
+
+    def _broker_delivers(self) -> bool:
+        """Delayed messages are delivered by a group's master only, and not once it is fenced."""
+        r = self.replica
+        return r is None or (r.is_master and not r.gate.deposed)
 
     def _start_store(self) -> None:
         self.store.store_host = codec.parse_host(self.advertise)
@@ -514,6 +522,8 @@ class StoreServer:
         for ch in self._ha_channels.values():
             await ch.close()
         loop = asyncio.get_running_loop()
+        if self.broker is not None:
+            await loop.run_in_executor(None, self.broker.stop)
         await loop.run_in_executor(None, self.store.shutdown)
         self.executor.shutdown(wait=False)
         log.info("stopped", extra={"clean": not os.path.exists(self.store.abort_path)})

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from .. import wire
 from ..record import codec
@@ -21,6 +22,7 @@ from . import validation as v
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
 from .group_service import GroupHandlers
 from .route import DuplicateNodeName
+from .scheduled import RecallHandlers, may_schedule, schedule_entries
 
 if TYPE_CHECKING:
     from .server import StoreServer
@@ -55,6 +57,7 @@ class Accepted:
     visible: bool
     started: float
     replicate: bool = False  # a SYNC master: answer once enough followers hold it
+    handles: dict[int, str] | None = None  # recall handles of timer messages, by entry index
 
     @property
     def waits(self) -> bool:
@@ -86,7 +89,7 @@ class Pulled:
     count: int
 
 
-class DataPlane(GroupHandlers):
+class DataPlane(GroupHandlers, RecallHandlers):
     def __init__(self, server: StoreServer):
         self.server = server
 
@@ -178,6 +181,12 @@ class DataPlane(GroupHandlers):
         t0 = time.perf_counter()
         store = self.store
         born = codec.host_bytes_cached(born_host)
+        if isinstance(request, (bytes, bytearray)) and may_schedule(request):
+            try:
+                request = pb.SendRequest.FromString(bytes(request))
+            except DecodeError:
+                raise v.InvalidArgument("request", v.explain_decode_error(pb.SendRequest, bytes(request))) from None
+        handles = None
         if isinstance(request, (bytes, bytearray)):
             groups, _wait, visible, request_id, n = wire.native.transcode_send(
                 request,
@@ -190,7 +199,7 @@ class DataPlane(GroupHandlers):
                 v.MAX_BATCH,
             )
         else:
-            groups, n = self._prepare_parsed(request, born)
+            groups, n, handles = self._prepare_parsed(request, born)
             visible, request_id = request.wait_visible, request.request_id
         for topic, qid, _batch, idx in groups:
             limit = self.server.queue_count(topic)
@@ -205,13 +214,13 @@ class DataPlane(GroupHandlers):
         if refusal is not None:  # fenced, or too few members in sync to ever acknowledge: store nothing
             status, reason = refusal
             outcomes = [(idx, failed(status, reason)) for _t, _q, _b, idx in groups]
-            return Accepted(groups, outcomes, n, request_id, False, False, t0)
+            return Accepted(groups, outcomes, n, request_id, False, False, t0, handles=handles)
         outcomes = self._append_groups(groups, defer_flush=sync)
         replicate = False
         if replica is not None and any(res.status.stored for _, res in outcomes):
             replica.signal.notify()  # followers' streams send it now
             replicate = replica.waits_for_followers
-        return Accepted(groups, outcomes, n, request_id, sync, visible, t0, replicate)
+        return Accepted(groups, outcomes, n, request_id, sync, visible, t0, replicate, handles)
 
     async def _complete(self, a: Accepted) -> bytes | pb.SendResponse:
         """Wait for what the request asked (its flush, its visibility), then its answer;
@@ -243,7 +252,7 @@ class DataPlane(GroupHandlers):
                 m.put_messages.labels(res.status.name).inc(len(idx))
                 if res.status.stored:
                     m.put_bytes.inc(res.wrote_bytes)
-        if wire.native is not None:  # the serialized response (the handler's serializer passes bytes on)
+        if wire.native is not None and not a.handles:  # the serialized response (the handler's serializer passes bytes on)
             return wire.native.encode_send_response(
                 a.n,
                 self.server.node_name,
@@ -263,7 +272,11 @@ class DataPlane(GroupHandlers):
                 a.request_id,
             )
         del store
-        return pb.SendResponse(results=self._results(a.groups, outcomes, a.n), node=self.server.node_name, request_id=a.request_id)
+        results = self._results(a.groups, outcomes, a.n)
+        for i, handle in (a.handles or {}).items():
+            if results[i].status == pb.PUT_OK or results[i].message_id:
+                results[i].recall_handle = handle
+        return pb.SendResponse(results=results, node=self.server.node_name, request_id=a.request_id)
 
     @staticmethod
     def _results(groups: list, outcomes: list, n: int) -> list[pb.SendResult]:
@@ -278,8 +291,9 @@ class DataPlane(GroupHandlers):
                     results[i] = pb.SendResult(status=status, queue_id=qid, error=_error_text(res))
         return results  # type: ignore[return-value]
 
-    def _prepare_parsed(self, request: pb.SendRequest, born: bytes) -> tuple[list, int]:
-        """The protobuf path: validate each entry, then encode one batch per (topic, queue)."""
+    def _prepare_parsed(self, request: pb.SendRequest, born: bytes) -> tuple[list, int, dict[int, str]]:
+        """The protobuf path: validate each entry (a delayed one goes to its system topic),
+        then encode one batch per (topic, queue); the recall handles of timer messages."""
         n = len(request.entries)
         if not 1 <= n <= v.MAX_BATCH:
             raise v.InvalidArgument("entries", f"must hold 1 to {v.MAX_BATCH} entries, got {n}")
@@ -287,6 +301,7 @@ class DataPlane(GroupHandlers):
         max_body = store.config.maxMessageSize
         host = codec.host_from_bytes(born)
         msgs = [v.entry_to_message(e, i, max_body, host) for i, e in enumerate(request.entries)]
+        handles = schedule_entries(self.server, msgs)
         no_wait = request.HasField("wait_flush") and not request.wait_flush  # a request option, not stored
         members: dict[tuple[str, int], list[int]] = {}
         for i, m in enumerate(msgs):
@@ -301,7 +316,7 @@ class DataPlane(GroupHandlers):
             if no_wait:
                 batch.wait_flush = False
             groups.append((topic, qid, batch, idx))
-        return groups, n
+        return groups, n, handles
 
     def _append_groups(self, groups: list, defer_flush: bool = False) -> list:
         """Append each queue's batch; (entry indices, PutResult) per group."""

@@ -14,6 +14,7 @@ from .common import MessagePrinter, format_ms, message_row, note, notice, open_c
 
 def cmd_send(args) -> int:
     from ..client import OutMessage
+    from ..client.delays import delay_properties
 
     if args.file:
         with open(args.file, "rb") as f:
@@ -27,7 +28,7 @@ def cmd_send(args) -> int:
             return 2
     else:
         body = args.body.encode("utf-8", "surrogateescape")
-    props = {}
+    props: dict[str, str] = {}
     for p in args.property:
         name, sep, value = p.partition("=")
         if not sep or not name:
@@ -44,7 +45,14 @@ def cmd_send(args) -> int:
             queue = found[0]
         res = c.send_batch(
             args.topic,
-            [OutMessage(body, keys=args.key, tags=args.tags, properties=props)],
+            [
+                OutMessage(
+                    body,
+                    keys=args.key,
+                    tags=args.tags,
+                    properties={**props, **delay_properties(args.delay, args.deliver_at, args.delay_level)},
+                )
+            ],
             key=args.key[0] if args.key and queue is None else None,
             queue=queue,
             wait_flush=False if args.no_wait_flush else None,
@@ -59,10 +67,19 @@ def cmd_send(args) -> int:
         "offset": res.queue_offset,
         "commitlog_offset": res.commitlog_offset,
     }
+    if res.recall_handle:
+        row["recall_handle"] = res.recall_handle
     if res.error:
         row["error"] = res.error
     _emit(args, row)
     return 0 if res.ok else 1
+
+
+def cmd_recall(args) -> int:
+    with open_client(args, send_streams=False) as c:
+        c.recall(args.handle)
+    _emit(args, {"recalled": True})
+    return 0
 
 
 def _queues(c, topic: str, queue_id: int | None, node: str | None):

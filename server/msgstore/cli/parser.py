@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from .admin import cmd_admin
 from .common import DEFAULT_SERVER
 from .groups import cmd_groups
-from .messages import cmd_pull, cmd_query, cmd_send
+from .messages import cmd_pull, cmd_query, cmd_recall, cmd_send
 from .offline import cmd_fsck, cmd_inspect
 from .serve import cmd_serve
 from .topics import cmd_route, cmd_topics
@@ -45,6 +45,36 @@ def _addresses(text: str) -> str:
         if part.strip():
             _address(part.strip())
     return text
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float:
+    """An argparse type: seconds from '30s', '500ms', '1.5m', '2h', '1d' or a bare number of seconds."""
+    t = text.strip()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if t.endswith(u)), "")
+    try:
+        value = float(t[: len(t) - len(unit)]) * _DURATION_UNITS.get(unit, 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 30s, 500ms, 5m, 2h)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must not be negative")
+    return value
+
+
+def _when(text: str) -> float:
+    """An argparse type: epoch seconds from an ISO 8601 time (local time without a zone) or a number."""
+    import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text.strip()).astimezone().timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time (like 2026-11-25T18:30:00+01:00, or epoch seconds)") from None
 
 
 def _connection_options(p: argparse.ArgumentParser) -> None:
@@ -142,8 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the key's queue is down, send to another queue (breaks the key's order) instead of failing",
     )
     s.add_argument("--allow-empty", action="store_true", help="send an empty body read from stdin")
+    later = s.add_mutually_exclusive_group()
+    later.add_argument("--delay", type=_duration, metavar="DURATION", help="deliver it this long after it is stored (30s, 5m, 2h)")
+    later.add_argument("--deliver-at", type=_when, metavar="TIME", help="deliver it at this time (ISO 8601, local without a zone)")
+    later.add_argument("--delay-level", type=int, metavar="N", help="RocketMQ 4's delay level N (of messageDelayLevel)")
     _connection_options(s)
     s.set_defaults(fn=cmd_send)
+
+    s = sub.add_parser("recall", help="cancel a message sent with --delay/--deliver-at before its time")
+    s.add_argument("handle", help="the recall_handle that send printed")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_recall)
 
     s = sub.add_parser("pull", help="read messages")
     s.add_argument("topic")

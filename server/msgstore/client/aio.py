@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Sequence
 
 import grpc
 
+from ..record.recall_handle import RecallHandle
 from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
 from .client import (
@@ -24,6 +26,7 @@ from .client import (
     pull_result,
 )
 from .connection import Security, aio_channel, split_endpoints
+from .delays import delay_properties
 from .routing import PROBE_TIMEOUT_S, REROUTE, KeyQueueDown, QueueRef, Route, Suspects, known_addresses, nodes_of, on_master, replicated
 from .stream import AsyncSendStream
 
@@ -114,10 +117,14 @@ class AsyncClient:
         keys: Sequence[str] = (),
         visible: bool = False,
         reorder: bool = False,
+        delay: float | datetime.timedelta | None = None,
+        deliver_at: float | datetime.datetime | None = None,
+        delay_level: int | None = None,
     ) -> SendResult:
+        """As Client.send: ``delay``/``deliver_at``/``delay_level`` deliver it later."""
         if isinstance(body, str):
             body = body.encode()
-        msg = OutMessage(body, key, keys, tags, properties or {})
+        msg = OutMessage(body, key, keys, tags, {**(properties or {}), **delay_properties(delay, deliver_at, delay_level)})
         return (await self.send_batch(topic, [msg], key=key, visible=visible, reorder=reorder))[0]
 
     async def send_batch(
@@ -262,6 +269,15 @@ class AsyncClient:
         if found is None and not refresh:  # nobody ready as far as the cached route knows: look again
             found = (await self.route(topic, refresh=True)).read_address(queue)
         return found or queue.address
+
+    async def recall(self, handle: str | SendResult) -> None:
+        """As Client.recall: cancel a message sent with ``delay``/``deliver_at`` before its time."""
+        text = handle.recall_handle if isinstance(handle, SendResult) else handle
+        try:
+            h = RecallHandle.decode(text)
+        except ValueError as e:
+            raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: {e}") from None
+        await self._group_call(h.topic, QueueRef(h.group, "", 0), "Recall", pb.RecallRequest(recall_handle=text), reads=False)
 
     async def _group_call(self, topic: str, queue: QueueRef, method: str, request, *, reads: bool, timeout: float | None = None):
         """As :meth:`Client._group_call`: the queue's master (or, for reads, whoever serves

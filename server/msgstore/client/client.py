@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -12,11 +13,13 @@ import grpc
 
 from .. import wire
 from ..record import codec
+from ..record.recall_handle import RecallHandle
 from ..v1 import admin_pb2_grpc
 from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
 from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
+from .delays import delay_properties
 from .errors import StoreError
 from .errors import error_from as _error
 from .routing import (
@@ -75,6 +78,7 @@ class SendResult:
     commitlog_offset: int
     error: str = ""
     address: str = ""  # the member that answered (a replica group's master at the time)
+    recall_handle: str = ""  # a message with a delivery time: what recall() takes to cancel it
 
     @property
     def ok(self) -> bool:
@@ -151,7 +155,9 @@ _STATUS_NAMES = {v.number: v.name for v in pb.SendStatus.DESCRIPTOR.values}
 
 
 def _send_result(r: pb.SendResult, node: str, address: str = "") -> SendResult:
-    return SendResult(_STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error, address)
+    return SendResult(
+        _STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error, address, r.recall_handle
+    )
 
 
 decode_records = codec.decode_records  # a raw pull's messages
@@ -371,10 +377,18 @@ class Client:
         wait_flush: bool | None = None,
         visible: bool = False,
         reorder: bool = False,
+        delay: float | datetime.timedelta | None = None,
+        deliver_at: float | datetime.datetime | None = None,
+        delay_level: int | None = None,
     ) -> SendResult:
+        """``delay`` (seconds or a timedelta, from when the node stores it), ``deliver_at``
+        (epoch seconds or an aware datetime) or ``delay_level`` (RocketMQ 4's levels): the
+        message is delivered to ``topic`` then; the result's ``recall_handle`` cancels a
+        ``delay``/``deliver_at`` message until its time (:meth:`recall`)."""
         if isinstance(body, str):
             body = body.encode()
-        msg = OutMessage(body, key, keys, tags, properties or {}, uniq_key)
+        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level)}
+        msg = OutMessage(body, key, keys, tags, props, uniq_key)
         return self.send_batch(topic, [msg], key=key, queue=queue, wait_flush=wait_flush, visible=visible, reorder=reorder)[0]
 
     def send_batch(
@@ -460,6 +474,16 @@ class Client:
             return self._raw_send(target.address)(req, timeout=self.timeout, metadata=self.security.data_metadata() or None).results
         except grpc.RpcError as e:
             raise _error(e, target.node) from None
+
+    def recall(self, handle: str | SendResult) -> None:
+        """Cancel a message sent with ``delay``/``deliver_at`` before its time, on the master of
+        the group that stored it. FAILED_PRECONDITION once its time has come."""
+        text = handle.recall_handle if isinstance(handle, SendResult) else handle
+        try:
+            h = RecallHandle.decode(text)
+        except ValueError as e:
+            raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: {e}") from None
+        self._group_call(h.topic, QueueRef(h.group, "", 0), "Recall", pb.RecallRequest(recall_handle=text), reads=False)
 
     def send_stream(self, address: str, node: str = "") -> SendStream:
         """The node's SendStream, opened on first use and again after it broke."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import datetime
 import itertools
 import threading
 import time
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from .client import Client, OutMessage, SendResult, StoreError
+from .delays import delay_properties
 from .routing import QueueRef
 
 
@@ -105,8 +107,12 @@ class Producer:
         tags: str | None = None,
         properties: dict[str, str] | None = None,
         uniq_key: str | None = None,
+        delay: float | datetime.timedelta | None = None,
+        deliver_at: float | datetime.datetime | None = None,
+        delay_level: int | None = None,
     ) -> SendFuture:
-        """Queue one message; the future resolves to its :class:`SendResult`."""
+        """Queue one message; the future resolves to its :class:`SendResult` (``delay`` and
+        the rest: as Client.send)."""
         if self._closed:
             raise RuntimeError("producer is closed")
         if isinstance(body, str):
@@ -115,7 +121,8 @@ class Producer:
         if len(self._items) >= self.max_buffered:
             with self._space:
                 self._space.wait_for(lambda: len(self._items) < self.max_buffered or self._closed)
-        self._items.append((topic, key, OutMessage(body, key, keys, tags, properties or {}, uniq_key), fut))
+        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level)}
+        self._items.append((topic, key, OutMessage(body, key, keys, tags, props, uniq_key), fut))
         if self._idle:
             self._wake.set()
         return fut

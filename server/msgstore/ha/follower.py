@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import grpc
 
 from ..store.commitlog import AppendError
+from ..store.layout import FOLLOWED_BROKER_FILES
+from ..store.metadata import write_atomic
 from ..v1 import ha_pb2 as hpb
 from ..v1 import ha_pb2_grpc as hpbg
 from .epochs import Epoch
@@ -204,6 +207,8 @@ class Follower:
                 md = await stub.GetMetadata(hpb.GetMetadataRequest(), timeout=5, metadata=r.call_metadata() or None)
                 snapshot = {"topics": md.topics_json, "offsets": md.consumer_offsets_json, "groups": md.subscription_groups_json}
                 await loop.run_in_executor(None, r.store.apply_metadata, snapshot)
+                if md.broker_state:
+                    await loop.run_in_executor(None, copy_broker_files, r.store.layout.config_dir, dict(md.broker_state))
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the master is away: keep what we have
@@ -215,3 +220,20 @@ class Follower:
         end = self.replica.store.commitlog.max_offset
         behind = max(0, self.master_end - end)
         return behind, (time.monotonic() - self.caught_up_at) if behind else 0.0
+
+
+def copy_broker_files(config_dir: str, files: dict[str, str]) -> None:
+    """The master's delay and timer progress, so that a promotion resumes close to where it
+    stood (only the files the layout names: a master cannot write elsewhere here)."""
+    for name in FOLLOWED_BROKER_FILES:
+        text = files.get(name)
+        if not text:
+            continue
+        path = os.path.join(config_dir, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    continue
+        except (OSError, ValueError):
+            pass
+        write_atomic(path, text.encode())

@@ -113,6 +113,14 @@ KEYS: dict[str, KeySpec] = {
     "autoCreateTopicEnable": _k(True, True, "create a topic on its first message"),
     "defaultTopicQueueNums": _k(8, True, "queues of an auto-created topic", 1, 1024),
     "diskMonitorInterval": _k(1_000, True, "ms between disk-usage readings (§12.4)", 10, 1000),
+    # delayed delivery (broker/, docs/store-format.md §15)
+    "messageDelayLevel": _k(
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        False,
+        "the delays of RocketMQ 4's delay levels 1, 2, ... (a message's DELAY property), each a number and s, m, h or d",
+        pattern=r"^[0-9]+[smhd]( +[0-9]+[smhd])*$",
+    ),
+    "timerMaxDelaySec": _k(259_200, True, "longest delay of a message with a delivery time (s); a longer one is refused", 1),
     # replication (§14): the role a member starts in; later changes come from a controller
     "brokerRole": _k(
         "ASYNC_MASTER",
@@ -196,6 +204,14 @@ def parse_delete_when(value: str) -> frozenset[int]:
     return frozenset(int(h) for h in value.split(";") if h != "")
 
 
+_DELAY_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(value: str) -> tuple[int, ...]:
+    """messageDelayLevel → the delay of level 1, 2, ... in ms ("1s 5s 1m" → (1000, 5000, 60000))."""
+    return tuple(int(w[:-1]) * _DELAY_UNITS_MS[w[-1]] for w in value.split())
+
+
 def parse_groups(value: str) -> tuple[str, ...]:
     return tuple(g for g in value.split(";") if g)
 
@@ -213,6 +229,7 @@ class StoreConfig:
         self.guard_groups = parse_groups(self._values["retentionGuardGroups"])
         size = self._values["mappedFileSizeConsumeQueue"]
         self.cq_file_size = -(-size // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+        self.delay_levels_ms = parse_delay_levels(self._values["messageDelayLevel"])
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in KEYS:
@@ -273,6 +290,9 @@ def validate(values: Mapping[str, Any]) -> dict[str, Any]:
     for g in parse_groups(out["retentionGuardGroups"]):
         if not _GROUP_RE.match(g):
             raise ConfigError("retentionGuardGroups", f"illegal group name {g!r}")
+    levels = out["messageDelayLevel"]
+    if not re.fullmatch(KEYS["messageDelayLevel"].pattern or "", levels) or len(levels.split()) > 64:
+        raise ConfigError("messageDelayLevel", f"must be 1 to 64 delays like '1s 5s 1m 2h', got {levels!r}")
     if out["transientStorePoolEnable"] and out["flushDiskType"] != "ASYNC_FLUSH":
         raise ConfigError("transientStorePoolEnable", "the write buffer works only with flushDiskType=ASYNC_FLUSH")
     return out

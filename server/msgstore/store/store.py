@@ -126,6 +126,7 @@ class MessageStore:
         self.limits = ResourceGuard(self.root, lambda: self.flags.disk_full)
         self._state_saved_changes = -1  # the queue table's change count at the last state save (-1: save once after the start)
         self._state_saved_at = 0.0
+        self._retention_holders: list[Callable[[], int | None]] = []
         self._services: list[ServiceThread] = []
         self.flusher: GroupCommitService | PacedService | None = None
         self.committer: PacedService | None = None
@@ -1009,12 +1010,19 @@ class MessageStore:
         """Messages still stored (between every queue's min and max offsets)."""
         return sum(max(0, cq.max_offset - cq.min_offset) for cq in self.consume_queues())
 
+    def add_retention_holder(self, holder: Callable[[], int | None]) -> None:
+        """``holder()`` names a commit-log offset whose segment and every later one the
+        time-based cleaner keeps (a broker service's oldest pending message), None for none."""
+        self._retention_holders.append(holder)
+
     def retention_guard_offset(self) -> int | None:
-        """Lowest phy offset not yet consumed by a guarded group (§12.5), None if unguarded."""
+        """Lowest phy offset not yet consumed by a guarded group (§12.5) or held by a broker
+        service (delayed messages not delivered yet), None if nothing is held."""
+        held = [p for p in (h() for h in self._retention_holders) if p is not None]
+        lowest: int | None = min(held) if held else None
         groups = self.config.guard_groups
         if not groups:
-            return None
-        lowest: int | None = None
+            return lowest
         for g in groups:
             for topic, qmap in self.offsets.offsets_of_group(g).items():
                 for qid in self.queues_of(topic):

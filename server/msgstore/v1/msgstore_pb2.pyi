@@ -60,6 +60,16 @@ NO_MESSAGE_IN_QUEUE: PullStatus
 LOWER: TimeBoundary
 UPPER: TimeBoundary
 
+class RecallRequest(_message.Message):
+    __slots__ = ("recall_handle",)
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    recall_handle: str
+    def __init__(self, recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class SendEntry(_message.Message):
     __slots__ = ("topic", "queue_id", "body", "tags", "keys", "uniq_key", "properties", "flag", "born_timestamp")
     class PropertiesEntry(_message.Message):
@@ -102,20 +112,22 @@ class SendRequest(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ..., wait_visible: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error")
+    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error", "recall_handle")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
     status: SendStatus
     message_id: str
     queue_id: int
     queue_offset: int
     commitlog_offset: int
     error: str
-    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    recall_handle: str
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results", "node", "request_id", "error_code", "error_message")

@@ -114,6 +114,11 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsResponse.FromString,
                 _registered_method=True)
+        self.Recall = channel.unary_unary(
+                '/msgstore.v1.MessageStore/Recall',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.RecallRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.RecallResponse.FromString,
+                _registered_method=True)
 
 
 class MessageStoreServicer:
@@ -237,6 +242,14 @@ class MessageStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Recall(self, request, context):
+        """Cancel a message with a delivery time (RocketMQ 5.3's recall) on the node, or the master of
+        the replica group, that stored it: FAILED_PRECONDITION once its time has come.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -319,6 +332,11 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     servicer.DescribeGroups,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.RecallRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.RecallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -753,6 +771,33 @@ class MessageStore:
             '/msgstore.v1.MessageStore/DescribeGroups',
             msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/Recall',
+            msgstore_dot_v1_dot_msgstore__pb2.RecallRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.RecallResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,79 @@
+"""Delayed delivery on the data plane: the send path hands a message that asks for a delay to
+the broker's scheduler (broker/scheduling.py), and ``Recall`` cancels a timer message.
+
+The compiled send path does not look at properties; a request that may ask for a delay (its
+bytes name a delay property or a system topic: a cheap search) takes the protobuf path, so
+that ordinary sends pay nothing for this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import grpc
+
+from ..broker import DelayRefused, RecallHandle, Scheduler
+from ..broker.timer import RecallFailed, TooLate
+from ..record import codec
+from ..v1 import msgstore_pb2 as pb
+from . import validation as v
+
+if TYPE_CHECKING:
+    from .server import StoreServer
+
+_MARKERS = (b"DELAY", b"TIMER_DELIVER_MS", b"rmq_sys_", b"SCHEDULE_TOPIC")
+
+
+def may_schedule(raw: bytes | bytearray) -> bool:
+    return any(m in raw for m in _MARKERS)
+
+
+def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int, str]:
+    """Move every message that asks for a delay to its system topic (in place); the recall
+    handles of timer messages by entry index. Raises InvalidArgument naming the field."""
+    handles: dict[int, str] = {}
+    broker = server.broker
+    for i, m in enumerate(msgs):
+        if not Scheduler.wants(m):
+            continue
+        if broker is None:
+            raise v.InvalidArgument(f"entries[{i}].properties", "delayed delivery is not running on this node yet")
+        limit = server.queue_count(m.topic)
+        if m.queue_id >= limit:
+            raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
+        try:
+            msgs[i], handle = broker.scheduler.prepare(m)
+        except DelayRefused as e:
+            field = f"entries[{i}].topic" if e.field == "topic" else f"entries[{i}].properties[{e.field!r}]"
+            raise v.InvalidArgument(field, e.reason) from None
+        if handle is not None:
+            handles[i] = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode()
+    return handles
+
+
+class RecallHandlers:
+    """Mixed into the data plane: ``self.server``."""
+
+    server: StoreServer
+
+    async def Recall(self, request: pb.RecallRequest, context) -> pb.RecallResponse:
+        await self._ready(context)  # type: ignore[attr-defined]
+        try:
+            handle = RecallHandle.decode(request.recall_handle)
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: {e}")
+        group = self.server.replica.group if self.server.replica is not None else self.server.node_name
+        if handle.group != group:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: names group {handle.group}, this node is of {group}")
+        broker = self.server.broker
+        if broker is None or not self.server._broker_delivers():
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this node is not its group's master: recall on the master")
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.server.executor, broker.recall, handle)
+        except TooLate as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"too late to recall: {e}")
+        except RecallFailed as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"the recall could not be stored: {e}")
+        return pb.RecallResponse()

@@ -1,0 +1,221 @@
+"""Delivery at a time to the millisecond (RocketMQ 5's timer): messages wait in queue 0 of
+``rmq_sys_wheel_timer`` in the order they were sent, and come due in the order of their
+``TIMER_DELIVER_MS``.
+
+RocketMQ keeps a timer log and a time wheel of one-second slots on disk. Here the pending
+messages are a heap in memory, rebuilt at start (or at a promotion) by reading the queue from
+its first message not yet done; each entry is one integer (delivery time and queue offset),
+so a million pending messages take about 50 MiB. What is done (delivered, or recalled) is a
+bitmap of queue offsets in ``config/timercheck`` (progress.py; RocketMQ's file of that name
+holds its wheel's positions), saved every second: a crash or a failover redelivers at most
+the messages done since the last save, and loses none.
+
+A recall writes a marker to the same queue (``TIMER_DEL_UNIQKEY``, as RocketMQ 5.3 does), so
+it replicates and survives a restart like the message it cancels.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import threading
+
+from ..record.codec import Message
+from ..record.recall_handle import RecallHandle
+from ..store import GetStatus, MessageStore, PutStatus
+from ..store.layout import TIMER_CHECK
+from ..store.metadata import read_json, write_atomic
+from .delivery import deliver, restored
+from .progress import DoneOffsets
+from .system_topics import (
+    PROP_REAL_QID,
+    PROP_REAL_TOPIC,
+    PROP_TIMER_DEL_UNIQKEY,
+    PROP_TIMER_DELIVER_MS,
+    PROP_TIMER_OUT_MS,
+    PROP_UNIQ_KEY,
+    TIMER_TOPIC,
+)
+
+log = logging.getLogger(__name__)
+
+FILE = TIMER_CHECK
+SHIFT = 1 << 40  # a heap entry: deliver_ms * SHIFT + queue offset
+BATCH = 512  # due messages delivered per round
+
+
+class TooLate(Exception):
+    """A recall of a message whose time has come (it is delivered, or being delivered)."""
+
+
+class RecallFailed(Exception):
+    """The store took no write for the recall's marker (full, fenced)."""
+
+
+class TimerService:
+    def __init__(self, store: MessageStore):
+        self.store = store
+        self.path = os.path.join(store.layout.config_dir, FILE)
+        self.lock = threading.Lock()
+        self.done = DoneOffsets()
+        self.heap: list[int] = []
+        self.read_offset = 0  # the next queue offset to take into the heap
+        self.recalled: dict[str, int] = {}  # UNIQ_KEY → deliver ms, for markers not yet matched
+        self.dirty = False
+        self.delivered = 0
+
+    # ------------------------------------------------------------------ progress
+
+    def load(self) -> None:
+        """Start over from the saved progress: the heap is rebuilt from the queue."""
+        doc = read_json(self.path)
+        with self.lock:
+            self.done = DoneOffsets.decode(doc.get("progress", {})) if isinstance(doc, dict) else DoneOffsets()
+            self.heap = []
+            self.recalled = {}
+            self.read_offset = self.done.below
+            self.dirty = False
+
+    def state_json(self) -> str:
+        with self.lock:
+            return json.dumps({"version": 1, "progress": self.done.encode()}, separators=(",", ":"))
+
+    def persist(self) -> None:
+        with self.lock:
+            if not self.dirty:
+                return
+            self.dirty = False
+        write_atomic(self.path, self.state_json().encode())
+
+    def pending(self) -> int:
+        return len(self.heap) + max(0, self.store.max_offset(TIMER_TOPIC, 0) - self.read_offset)
+
+    def lowest_pending_phy(self) -> int | None:
+        cq = self.store.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return None
+        at = max(self.done.first_pending(), cq.min_offset)
+        unit = cq.unit(at) if at < cq.max_offset else None
+        return unit[0] if unit is not None else None
+
+    # ------------------------------------------------------------------ loading
+
+    def _take_new(self) -> None:
+        """Read the messages stored since the last look into the heap; markers recall."""
+        store = self.store
+        while self.read_offset < store.max_offset(TIMER_TOPIC, 0):
+            res = store.get_message(None, TIMER_TOPIC, 0, self.read_offset, max_msgs=BATCH)
+            try:
+                found = res.status is GetStatus.FOUND
+                stored = res.messages() if found else []
+                next_offset = res.next_offset
+            finally:
+                res.release()
+            if not found:
+                if next_offset <= self.read_offset:
+                    return
+                self.read_offset = next_offset
+                continue
+            with self.lock:
+                for m in stored:
+                    off = m.queue_offset
+                    if off in self.done:
+                        continue
+                    props = m.properties
+                    uniq = props.get(PROP_TIMER_DEL_UNIQKEY)
+                    if uniq is not None:  # a recall: nothing of its own to deliver
+                        self.recalled[uniq] = _int(props.get(PROP_TIMER_DELIVER_MS))
+                        self._finish(off)
+                        continue
+                    heapq.heappush(self.heap, _int(props.get(PROP_TIMER_DELIVER_MS)) * SHIFT + off)
+                self.read_offset = stored[-1].queue_offset + 1
+
+    def _finish(self, offset: int) -> None:
+        self.done.add(offset)
+        self.dirty = True
+
+    # ------------------------------------------------------------------ delivery
+
+    def run_due(self, now_ms: int) -> int | None:
+        """Deliver what is due by ``now_ms``; ms until the next one (None: none pending)."""
+        self._take_new()
+        while True:
+            with self.lock:
+                due: list[int] = []
+                while self.heap and self.heap[0] // SHIFT <= now_ms and len(due) < BATCH:
+                    due.append(heapq.heappop(self.heap))
+            if not due:
+                break
+            if not self._deliver(due):
+                return 1000
+        with self.lock:
+            if not self.heap:
+                return None
+            return max(0, self.heap[0] // SHIFT - now_ms)
+
+    def _deliver(self, due: list[int]) -> bool:
+        store = self.store
+        out: list[tuple[int, Message | None]] = []
+        for entry in due:
+            off = entry % SHIFT
+            res = store.get_message(None, TIMER_TOPIC, 0, off, max_msgs=1)
+            try:
+                stored = res.messages() if res.status is GetStatus.FOUND else []
+            finally:
+                res.release()
+            if not stored or stored[0].queue_offset != off:
+                log.error("timer message at offset %d is gone (deleted under disk pressure?): not delivered", off)
+                out.append((entry, None))
+                continue
+            m = stored[0]
+            with self.lock:
+                recalled = self.recalled.pop(m.properties.get(PROP_UNIQ_KEY, ""), None) is not None
+            out.append((entry, None if recalled else restored(m, {PROP_TIMER_OUT_MS: str(entry // SHIFT)})))
+        messages = [r for _e, r in out if r is not None]
+        done = iter(deliver(store, messages))
+        ok = True
+        with self.lock:
+            for entry, r in out:
+                if r is None or next(done):
+                    self._finish(entry % SHIFT)
+                    if r is not None:
+                        self.delivered += 1
+                else:
+                    heapq.heappush(self.heap, entry)
+                    ok = False
+        return ok
+
+    # ------------------------------------------------------------------ recall
+
+    def recall(self, handle: RecallHandle, now_ms: int) -> None:
+        """Cancel the timer message ``handle`` names, durably (a marker in the timer queue)."""
+        with self.lock:
+            if handle.deliver_ms <= now_ms:
+                raise TooLate(f"its delivery time ({handle.deliver_ms}) has come")
+            self.recalled[handle.uniq_key] = handle.deliver_ms
+            marker = Message(
+                TIMER_TOPIC,
+                b"",
+                0,
+                properties={
+                    PROP_TIMER_DEL_UNIQKEY: handle.uniq_key,
+                    PROP_TIMER_DELIVER_MS: str(handle.deliver_ms),
+                    PROP_REAL_TOPIC: handle.topic,
+                    PROP_REAL_QID: "0",
+                },
+            )
+            res = self.store.put_messages(TIMER_TOPIC, 0, [marker])
+            if not res.status.stored:
+                self.recalled.pop(handle.uniq_key, None)
+                raise RecallFailed(f"{res.status.name} {res.reason}")
+        if res.status is not PutStatus.PUT_OK:
+            log.warning("recall of %s stored but not confirmed: %s", handle.uniq_key, res.status.name)
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0

@@ -1,0 +1,165 @@
+"""Delayed delivery (issue 22, part 1) against real server processes: RocketMQ 4's delay levels
+(SCHEDULE_TOPIC_XXXX, config/delayOffset.json) and RocketMQ 5's timer (rmq_sys_wheel_timer,
+config/timercheck) with recall; refusals naming the property; a SIGKILL with messages pending
+loses none and delivers none more than once more; the CLI's --delay and recall."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+from msgstore.client import Client, StoreError
+from msgstore.client.routing import QueueRef
+from tests.support.servers import ROOT, wait_until
+
+LEVELS = "1s 2s"
+
+
+def bodies(client: Client, topic: str, queue: int = 0) -> list[bytes]:
+    node = client.route(topic, refresh=True).nodes[0]
+    got = client.pull(topic, QueueRef(node.name, node.address, queue), 0, max_messages=1000)
+    return [m.body for m in got.messages]
+
+
+def pulled(client: Client, topic: str, queue: int = 0) -> list:
+    node = client.route(topic, refresh=True).nodes[0]
+    return client.pull(topic, QueueRef(node.name, node.address, queue), 0, max_messages=1000).messages
+
+
+@pytest.fixture
+def node(servers):
+    return servers("delays", settings=[f"messageDelayLevel={LEVELS}"])
+
+
+@pytest.fixture
+def c(node):
+    with Client(node.address, timeout=10) as client:
+        client.create_topic("orders", 2)
+        yield client
+
+
+def test_a_timer_message_arrives_at_its_time_not_before_with_its_fields(c):
+    sent = time.time()
+    res = c.send("orders", b"later", tags="T", keys=["k1"], queue=None, delay=1.0, properties={"app": "x"})
+    assert res.ok and res.recall_handle
+    assert bodies(c, "orders", 0) + bodies(c, "orders", 1) == []  # stored in the timer topic, not yet in its own
+    wait_until(lambda: b"later" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the timer message")
+    assert time.time() - sent >= 1.0
+    (m,) = [m for q in (0, 1) for m in pulled(c, "orders", q)]
+    assert (m.tags, m.user_keys, m.properties["app"]) == ("T", ["k1"], "x")
+    assert m.properties["UNIQ_KEY"]  # given to a timer message (its recall handle names it), kept on delivery
+    assert int(m.properties["TIMER_OUT_MS"]) >= int(sent * 1000) + 1000
+    assert "REAL_TOPIC" not in m.properties and "TIMER_DELIVER_MS" not in m.properties
+    assert c.query("orders", "k1")[0][1].body == b"later"  # indexed under its key once delivered
+
+
+def test_messages_come_in_the_order_of_their_times_not_of_sending(c):
+    now = time.time()
+    first = c.route("orders").nodes[0]
+    for i, at in enumerate([2.0, 0.5, 1.5, 1.0]):
+        c.send("orders", b"%d" % i, queue=QueueRef(first.name, first.address, 1), deliver_at=now + at)
+    wait_until(lambda: len(bodies(c, "orders", 1)) == 4, timeout=15, what="four timer messages")
+    assert bodies(c, "orders", 1) == [b"1", b"3", b"2", b"0"]
+
+
+def test_delay_levels_go_through_the_schedule_topic_and_clamp_to_the_last_level(c, node):
+    sent = time.time()
+    c.send("orders", b"level-1", delay_level=1)
+    c.send("orders", b"level-9", delay_level=9)  # beyond the 2 configured levels: the last (2 s)
+    assert c.topics()["SCHEDULE_TOPIC_XXXX"]
+    wait_until(lambda: len(bodies(c, "orders", 0) + bodies(c, "orders", 1)) == 2, timeout=15, what="two level messages")
+    assert time.time() - sent >= 2.0
+    path = os.path.join(node.data_dir, "config", "delayOffset.json")  # RocketMQ's file, saved every second
+
+    def saved() -> dict:
+        with open(path) as f:
+            return json.load(f)["offsetTable"]
+
+    wait_until(lambda: os.path.exists(path) and saved() == {"1": 1, "2": 1}, timeout=5, what="delayOffset.json")
+
+
+def test_a_recalled_message_never_arrives_and_a_late_recall_is_refused(c):
+    keep = c.send("orders", b"keep", delay=0.5)
+    drop = c.send("orders", b"drop", delay=1.0)
+    c.recall(drop)
+    wait_until(lambda: b"keep" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the kept message")
+    time.sleep(1.5)  # past the recalled one's time: it must stay away
+    assert b"drop" not in bodies(c, "orders", 0) + bodies(c, "orders", 1)
+    with pytest.raises(StoreError) as e:
+        c.recall(keep)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and "too late" in e.value.details
+    with pytest.raises(StoreError) as e:
+        c.recall("not-a-handle")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "recall_handle" in e.value.details
+
+
+@pytest.mark.parametrize(
+    "props, field",
+    [
+        ({"TIMER_DELAY_SEC": str(4 * 86400)}, "TIMER_DELAY_SEC"),  # timerMaxDelaySec is 3 days
+        ({"TIMER_DELIVER_MS": "soon"}, "TIMER_DELIVER_MS"),
+        ({"DELAY": "one"}, "DELAY"),
+    ],
+)
+def test_a_delay_that_cannot_be_honoured_is_invalid_argument_naming_the_property(c, props, field):
+    with pytest.raises(StoreError) as e:
+        c.send("orders", b"x", properties=props)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"properties['{field}']" in e.value.details
+
+
+def test_system_topics_cannot_be_sent_to_directly(c):
+    for topic in ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"):
+        with pytest.raises(StoreError) as e:
+            c.send(topic, b"x")
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "system topic" in e.value.details
+
+
+def test_a_sigkill_with_messages_pending_loses_none_and_repeats_none_twice(servers):
+    node = servers("crash", settings=[f"messageDelayLevel={LEVELS}"])
+    with Client(node.address, timeout=10) as c:
+        c.create_topic("jobs", 1)
+        expected = set()
+        for i in range(40):
+            body = b"t%d" % i
+            c.send("jobs", body, delay=0.2 + 0.05 * i)
+            expected.add(body)
+        for i in range(10):
+            body = b"l%d" % i
+            c.send("jobs", body, delay_level=1 + i % 2)
+            expected.add(body)
+        wait_until(lambda: len(bodies(c, "jobs")) >= 15, timeout=15, what="some deliveries before the crash")
+    node.kill()
+    node.start()
+    with Client(node.address, timeout=10) as c:
+        wait_until(lambda: set(bodies(c, "jobs")) == expected, timeout=20, what="every pending message after the restart")
+        got = bodies(c, "jobs")
+    counts = {b: got.count(b) for b in expected}
+    assert max(counts.values()) <= 2, counts  # at most once more after a crash
+
+
+def test_the_cli_sends_with_a_delay_and_recalls(node, c):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "msgstore.cli", "--json", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+        )
+
+    out = cli("send", "orders", "via-cli", "--delay", "1500ms", "--server", node.address)
+    assert out.returncode == 0, out.stderr
+    handle = json.loads(out.stdout)["recall_handle"]
+    assert cli("recall", handle, "--server", node.address).returncode == 0
+    bad = cli("send", "orders", "x", "--delay", "soon", "--server", node.address)
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
+    later = cli("send", "orders", "at-time", "--deliver-at", str(time.time() + 0.5), "--server", node.address)
+    assert later.returncode == 0, later.stderr
+    wait_until(lambda: b"at-time" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the --deliver-at message")
+    time.sleep(1.2)
+    assert b"via-cli" not in bodies(c, "orders", 0) + bodies(c, "orders", 1)
