@@ -10,8 +10,9 @@ import shutil
 
 import pytest
 
-from msgstore.store import GetStatus, Message, MessageStore
+from msgstore.store import GetStatus, Message, MessageStore, abort_file
 from msgstore.store.clock import ManualClock
+from msgstore.store.consume_queue import ConsumeQueue
 from msgstore.store.file_pool import FilePool
 from msgstore.store.queue_state import path_in
 from tests.support.servers import wait_until
@@ -114,7 +115,8 @@ def crash(store: MessageStore) -> None:
 
 def reboot(monkeypatch) -> None:
     """Play a machine that went down with the process: another boot id than the crashed run's."""
-    monkeypatch.setenv("MSGSTORE_BOOT_ID", "another-boot-" + str(random.random()))
+    other = "another-boot-" + str(random.random())
+    monkeypatch.setattr(abort_file, "boot_id", lambda: other)
 
 
 @pytest.mark.parametrize("saved_state", [True, False])
@@ -332,5 +334,54 @@ def test_a_queue_cut_back_after_the_state_was_saved_keeps_what_was_written_after
     try:
         assert store.max_offset("t", 0) == 15
         assert read_all(store, "t", 0) == [b"old-%d" % i for i in range(5)] + [b"new-%d" % i for i in range(10)]
+    finally:
+        store.shutdown()
+
+
+def test_a_start_that_dies_before_saving_its_ends_leaves_nothing_to_trust(tmp_path, monkeypatch):
+    """After a machine crash the first start checks every saved end; if that start dies before
+    it saved the ends it recovered, the next one (same boot now) must check them again."""
+    root = str(tmp_path / "store")
+    settings = {**SETTINGS, "queueStateInterval": 0}
+    store = MessageStore(root, settings).start()
+    for q in range(4):
+        assert store.put_messages("t", q, [Message("t", b"m%d" % q, queue_id=q)]).ok
+    assert store.wait_dispatched()
+    store._flush_consume_queues(0)
+    crash(store)
+    assert open(os.path.join(root, "abort")).read().startswith("boot=")  # stamped after its first save
+    reboot(monkeypatch)
+    slow = {**settings, "queueStateInterval": 10**12}  # no save of its own before it dies
+    store = MessageStore(root, slow).start()
+    assert store.recovery_report.queues_checked == 4
+    assert open(os.path.join(root, "abort")).read() == ""
+    crash(store)
+    store = MessageStore(root, settings).start()
+    try:
+        assert store.recovery_report.queues_checked == 4
+        assert [read_all(store, "t", q) for q in range(4)] == [[b"m%d" % q] for q in range(4)]
+    finally:
+        store.shutdown()
+
+
+def test_a_state_save_that_raced_with_a_drop_is_not_written(tmp_path, monkeypatch):
+    """The flusher may read the state epoch after a drop began and snapshot the queues before
+    it ended: that snapshot still lists the dropped queue and must never reach the disk."""
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    try:
+        assert store.put_messages("gone", 0, [Message("gone", b"x")]).ok
+        assert store.wait_dispatched()
+        seen = {}
+        destroy = ConsumeQueue.destroy
+
+        def mid_drop(cq, *a, **kw):  # the flusher's epoch read and snapshot (still naming the queue), mid-drop
+            seen["epoch"], seen["records"] = store.queues.state_epoch, store.queues.snapshot() + [("gone", 0, [0], 0, 20, 1, 0)]
+            return destroy(cq, *a, **kw)
+
+        monkeypatch.setattr(ConsumeQueue, "destroy", mid_drop)
+        store.queues.drop("gone", 0)
+        assert not store._save_queue_state(0, 0, seen["records"], clean=False, epoch=seen["epoch"])
+        assert not os.path.exists(path_in(os.path.join(root, "consumequeue")))
     finally:
         store.shutdown()

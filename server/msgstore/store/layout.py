@@ -24,7 +24,8 @@ ABORT = "abort"
 LOCK = "lock"
 DELAY_OFFSET = "delayOffset.json"  # under config/: the delay levels' cursors (broker/delay_levels.py)
 TIMER_CHECK = "timercheck"  # under config/: the timer's progress (broker/timer.py)
-FOLLOWED_BROKER_FILES = (DELAY_OFFSET, TIMER_CHECK)  # a follower copies these from its master
+POP_CHECKPOINT = "popCheckpoint"  # under config/: the revive log's progress (broker/pop.py)
+FOLLOWED_BROKER_FILES = (DELAY_OFFSET, TIMER_CHECK, POP_CHECKPOINT)  # a follower copies these from its master
 
 CQ_UNIT_SIZE = 20  # [8 phy offset][4 size][8 tags code]
 INDEX_HEADER_SIZE = 40  # begin/end timestamp, begin/end phy offset (longs), slot count, index count (ints)

@@ -249,6 +249,7 @@ class QueueTable:
             self._queues = rest
             self._next.pop((topic, queue_id), None)
         cq.destroy()
+        self.invalidate_state()  # a save whose snapshot raced with the drop (it still lists the queue) is not written
         try:
             os.rmdir(os.path.join(self.layout.consumequeue_dir, topic))
         except OSError:

@@ -127,6 +127,7 @@ class MessageStore:
         self._state_saved_changes = -1  # the queue table's change count at the last state save (-1: save once after the start)
         self._state_saved_at = 0.0
         self._retention_holders: list[Callable[[], int | None]] = []
+        self._abort_stamped = False  # the abort file names this run (after its first queue-state save)
         self._services: list[ServiceThread] = []
         self.flusher: GroupCommitService | PacedService | None = None
         self.committer: PacedService | None = None
@@ -202,7 +203,7 @@ class MessageStore:
             self.state = "recovering"
             self._load_config()
             last_exit_ok = not os.path.exists(self.abort_path)
-            page_cache_kept = not last_exit_ok and abort_file.page_cache_survived(self.abort_path, self.root)
+            page_cache_kept = not last_exit_ok and abort_file.page_cache_survived(self.abort_path, self._identity_dirs())
             self._create_abort()
             created_abort = last_exit_ok
             self.topics = TopicTable(self.config_dir)
@@ -300,6 +301,11 @@ class MessageStore:
 
     def _create_abort(self) -> None:
         abort_file.create(self.abort_path, self.root)
+        self._abort_stamped = False
+
+    def _identity_dirs(self) -> list[str]:
+        """The directories whose files a crashed run wrote (they may be on several volumes)."""
+        return [self.root, self.commitlog_dir, self.layout.consumequeue_dir]
 
     def _load_config(self) -> None:
         """Defaults ← settings persisted by earlier updates ← explicit start-up settings."""
@@ -420,6 +426,11 @@ class MessageStore:
                 if epoch is not None and epoch != queues.state_epoch:
                     return False
                 queue_state.save(self.layout.consumequeue_dir, QueueState(clean, dispatched, flushed, self.config.cq_file_size, records))
+            if not clean and not self._abort_stamped:
+                # this run's ends are on disk now: from here on a crash of the process alone
+                # may trust them (abort_file.py); before, the next start checks them all
+                abort_file.stamp(self.abort_path, self._identity_dirs())
+                self._abort_stamped = True
             return True
         except OSError as e:  # (a full disk): the next start scans what it cannot trust
             log.warning("could not save the consume queues' state: %s", e)
@@ -639,13 +650,17 @@ class MessageStore:
             self.commitlog.segments.destroy_all()
             self.queues.drop_all()
             self.dispatcher.reput_from = 0
+        self.queues.invalidate_state()
 
     def truncate_to(self, offset: int) -> int:
         """Cut the commit log back to ``offset`` (zeroing the stale tail), with its consume
         queues and index: a rejoining member drops what its new master never had."""
         self.queues.invalidate_state()  # the saved ends may lie past the cut
-        with self.dispatcher.paused(), self.commitlog.lock:
-            return truncate_all(self.commitlog, self.queues, self.index, self.dispatcher, offset)
+        try:
+            with self.dispatcher.paused(), self.commitlog.lock:
+                return truncate_all(self.commitlog, self.queues, self.index, self.dispatcher, offset)
+        finally:
+            self.queues.invalidate_state()  # and a save whose snapshot raced with the cut is not written
 
     @property
     def disk_ratio(self) -> float | None:
