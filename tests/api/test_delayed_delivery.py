@@ -105,6 +105,7 @@ def test_a_recalled_message_never_arrives_and_a_late_recall_is_refused(c):
         ({"TIMER_DELAY_SEC": str(4 * 86400)}, "TIMER_DELAY_SEC"),  # timerMaxDelaySec is 3 days
         ({"TIMER_DELIVER_MS": "soon"}, "TIMER_DELIVER_MS"),
         ({"DELAY": "one"}, "DELAY"),
+        ({"TIMER_DEL_UNIQKEY": "ABC"}, "TIMER_DEL_UNIQKEY"),  # a recall marker is the store's own
     ],
 )
 def test_a_delay_that_cannot_be_honoured_is_invalid_argument_naming_the_property(c, props, field):
@@ -119,6 +120,27 @@ def test_system_topics_cannot_be_sent_to_directly(c):
         with pytest.raises(StoreError) as e:
             c.send(topic, b"x")
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "system topic" in e.value.details
+
+
+def test_a_recall_holds_across_a_restart(servers):
+    node = servers("recall-restart")
+    with Client(node.address, timeout=10) as c:
+        c.create_topic("jobs", 1)
+        gone = c.send("jobs", b"recalled", delay=2.5)
+        c.send("jobs", b"kept", delay=2.5)
+        c.recall(gone)
+    node.kill()
+    node.start()
+    with Client(node.address, timeout=10) as c:
+        wait_until(lambda: b"kept" in bodies(c, "jobs"), timeout=15, what="the kept message after the restart")
+        assert bodies(c, "jobs") == [b"kept"]
+
+
+def test_a_delay_to_a_topic_that_cannot_exist_is_refused_at_once(servers):
+    node = servers("no-auto", settings=["autoCreateTopicEnable=false"])
+    with Client(node.address, timeout=10) as c, pytest.raises(StoreError) as e:
+        c.send("nowhere", b"x", delay=5)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "entries[0].topic" in e.value.details
 
 
 def test_a_sigkill_with_messages_pending_loses_none_and_repeats_none_twice(servers):

@@ -17,13 +17,14 @@ import grpc
 from ..broker import DelayRefused, RecallHandle, Scheduler
 from ..broker.timer import RecallFailed, TooLate
 from ..record import codec
+from ..store import PutStatus
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 
 if TYPE_CHECKING:
     from .server import StoreServer
 
-_MARKERS = (b"DELAY", b"TIMER_DELIVER_MS", b"rmq_sys_", b"SCHEDULE_TOPIC")
+_MARKERS = (b"DELAY", b"TIMER_DEL", b"rmq_sys_", b"SCHEDULE_TOPIC")
 
 
 def may_schedule(raw: bytes | bytearray) -> bool:
@@ -40,6 +41,8 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
             continue
         if broker is None:
             raise v.InvalidArgument(f"entries[{i}].properties", "delayed delivery is not running on this node yet")
+        if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
+            raise v.InvalidArgument(f"entries[{i}].topic", f"topic {m.topic} does not exist (autoCreateTopicEnable is off)")
         limit = server.queue_count(m.topic)
         if m.queue_id >= limit:
             raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
@@ -51,6 +54,23 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
         if handle is not None:
             handles[i] = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode()
     return handles
+
+
+async def broker_taking_office(server: StoreServer, timeout: float = 3.0) -> bool:
+    """The broker services are loaded on this master (they are within a second of a
+    promotion: asked to look now, and awaited that long)."""
+    broker = server.broker
+    if broker is None:
+        return False
+    if broker.active:
+        return True
+    if not server._broker_master():
+        return False
+    broker.wakeup()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not broker.active and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    return broker.active
 
 
 class RecallHandlers:
@@ -68,12 +88,19 @@ class RecallHandlers:
         if handle.group != group:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: names group {handle.group}, this node is of {group}")
         broker = self.server.broker
-        if broker is None or not self.server._broker_delivers():
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this node is not its group's master: recall on the master")
+        if broker is None or not self.server._broker_delivers() or not await broker_taking_office(self.server):
+            # UNAVAILABLE: the client looks for the group's master again (a failover) and asks it
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is not its group's master: recall on the master")
         try:
-            await asyncio.get_running_loop().run_in_executor(self.server.executor, broker.recall, handle)
+            res = await asyncio.get_running_loop().run_in_executor(self.server.executor, broker.recall, handle)
         except TooLate as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"too late to recall: {e}")
         except RecallFailed as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the recall could not be stored: {e}")
+        replica = self.server.replica
+        if replica is not None and replica.waits_for_followers:  # SYNC: a failover must not forget the recall
+            replica.signal.notify()
+            status = await replica.await_followers(res.phy_offset + sum(res.sizes))
+            if status is not PutStatus.PUT_OK:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"the recall is stored but not yet on enough members ({status.name})")
         return pb.RecallResponse()

@@ -482,7 +482,7 @@ class StoreServer:
             return
         if self.roles is not None:
             loop.create_task(self._follow_roles())
-        self.broker = BrokerServices(self.store, self._broker_delivers).start()
+        self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_wrote, self._broker_delivers).start()
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)
@@ -492,10 +492,26 @@ class StoreServer:
         rep = self.store.recovery_report
         log.info("serving", extra={"recovery": rep.mode, "recovery_ms": rep.duration_ms, "truncated": rep.bytes_truncated})
 
-    def _broker_delivers(self) -> bool:
-        """Delayed messages are delivered by a group's master only, and not once it is fenced."""
+    def _broker_master(self) -> bool:
+        """The broker services keep their state loaded on a group's master (not a deposed one)."""
         r = self.replica
         return r is None or (r.is_master and not r.gate.deposed)
+
+    def _broker_delivers(self) -> bool:
+        """Delayed messages are delivered (and deliveries revived) by a group's master only,
+        and only while it takes client writes: not fenced, deposed, learning its epoch, without
+        its lease or its quorum."""
+        r = self.replica
+        return r is None or (r.is_master and r.refuse_put() is None)
+
+    def _broker_wrote(self) -> None:
+        """The broker services put messages: followers' streams send them now (not at the next keepalive)."""
+        if self.replica is not None:
+            self.replica.signal.notify()
+
+    def _group_name(self) -> str:
+        """What receipts and recall handles name: the replica group (a lone node's name)."""
+        return self.replica.group if self.replica is not None else self.node_name
 
     def _start_store(self) -> None:
         self.store.store_host = codec.parse_host(self.advertise)

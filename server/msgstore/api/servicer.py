@@ -21,6 +21,7 @@ from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
 from .group_service import GroupHandlers
+from .pop_service import PopHandlers
 from .route import DuplicateNodeName
 from .scheduled import RecallHandlers, may_schedule, schedule_entries
 
@@ -89,7 +90,7 @@ class Pulled:
     count: int
 
 
-class DataPlane(GroupHandlers, RecallHandlers):
+class DataPlane(GroupHandlers, RecallHandlers, PopHandlers):
     def __init__(self, server: StoreServer):
         self.server = server
 

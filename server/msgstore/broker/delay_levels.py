@@ -11,6 +11,7 @@ delivers at most the messages since the last save again, never loses one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -97,6 +98,11 @@ class DelayLevelService:
         qid = level - 1
         store = self.store
         at = self._cursor(level)
+        if at > self.offsets.get(level, 0) and self.offsets.get(level, 0) < store.max_offset(SCHEDULE_TOPIC, qid):
+            log.error(
+                "delay level %d: messages %d to %d were deleted before their time: not delivered", level, self.offsets.get(level, 0), at - 1
+            )
+            self._advance(level, at)
         while at < store.max_offset(SCHEDULE_TOPIC, qid):
             res = store.get_message(None, SCHEDULE_TOPIC, qid, at, max_msgs=BATCH)
             try:
@@ -108,10 +114,16 @@ class DelayLevelService:
             if not found:
                 if next_offset <= at:
                     return 1000  # not readable yet (a unit ahead of its record): look again soon
-                self._advance(level, next_offset)  # cleaned away or skipped: nothing to deliver there
+                log.error(
+                    "delay level %d: messages %d to %d are gone before their time (deleted under disk pressure): not delivered",
+                    level,
+                    at,
+                    next_offset - 1,
+                )
+                self._advance(level, next_offset)
                 at = next_offset
                 continue
-            due = [m for m in stored if m.store_timestamp + delay_ms <= now_ms]
+            due = list(itertools.takewhile(lambda m: m.store_timestamp + delay_ms <= now_ms, stored))  # in queue order
             out = [(m, restored(m)) for m in due]
             done = deliver(store, [r for _m, r in out if r is not None])
             if not all(done):

@@ -48,10 +48,15 @@ def deliver(store: MessageStore, messages: Sequence[Message]) -> list[bool]:
     for i, m in enumerate(messages):
         by_queue.setdefault((m.topic, m.queue_id), []).append(i)
     done = [False] * len(messages)
-    for (topic, qid), idx in by_queue.items():
+    batches = list(by_queue.items())
+    while batches:
+        (topic, qid), idx = batches.pop(0)
         res = store.put_messages(topic, qid, [messages[i] for i in idx])
         if res.status.stored:
             pass
+        elif res.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED) and len(idx) > 1:
+            batches[:0] = [((topic, qid), [i]) for i in idx]  # one bad message refuses the batch: each on its own
+            continue
         elif res.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
             log.error("%d delayed message(s) for %s/%d cannot be delivered and are dropped: %s", len(idx), topic, qid, res.reason)
         else:

@@ -25,6 +25,7 @@ from .system_topics import (
     PROP_DELAY,
     PROP_REAL_QID,
     PROP_REAL_TOPIC,
+    PROP_TIMER_DEL_UNIQKEY,
     PROP_TIMER_DELAY_MS,
     PROP_TIMER_DELAY_SEC,
     PROP_TIMER_DELIVER_MS,
@@ -35,7 +36,7 @@ from .system_topics import (
 )
 
 _TIMER_PROPS = (PROP_TIMER_DELIVER_MS, PROP_TIMER_DELAY_SEC, PROP_TIMER_DELAY_MS)
-_ASKS = (PROP_DELAY, *_TIMER_PROPS)
+_ASKS = (PROP_DELAY, *_TIMER_PROPS, PROP_TIMER_DEL_UNIQKEY)
 
 
 class DelayRefused(ValueError):
@@ -70,6 +71,8 @@ class Scheduler:
         message, the handle that recalls it. Raises DelayRefused."""
         if is_system_topic(msg.topic):
             raise DelayRefused("topic", f"{msg.topic} is a system topic: send with a delay instead of to it")
+        if PROP_TIMER_DEL_UNIQKEY in msg.properties:
+            raise DelayRefused(PROP_TIMER_DEL_UNIQKEY, "is the store's own (a recall marker): recall with the send's recall handle")
         props = dict(msg.properties)
         if any(k in props for k in _TIMER_PROPS):
             return self._timer(msg, props)

@@ -13,9 +13,12 @@ import threading
 from collections.abc import Callable
 
 from ..record.recall_handle import RecallHandle
-from ..store import MessageStore
+from ..store import MessageStore, PutResult
+from ..store.layout import BROKER_STATE_END
 from .delay_levels import FILE as DELAY_OFFSET_FILE
 from .delay_levels import DelayLevelService
+from .pop import FILE as POP_FILE
+from .pop import PopService
 from .scheduling import Scheduler
 from .system_topics import SCHEDULE_TOPIC, SYSTEM_TOPICS, TIMER_TOPIC
 from .timer import FILE as TIMER_CHECK_FILE
@@ -27,12 +30,26 @@ PERSIST_S = 1.0
 
 
 class BrokerServices:
-    def __init__(self, store: MessageStore, is_master: Callable[[], bool] = lambda: True):
+    def __init__(
+        self,
+        store: MessageStore,
+        is_master: Callable[[], bool] = lambda: True,
+        node: Callable[[], str] = lambda: "",
+        wrote: Callable[[], None] = lambda: None,
+        may_write: Callable[[], bool] = lambda: True,
+    ):
+        """``is_master``: the state is loaded while true; ``may_write``: due messages are put
+        only while true (a master that may not acknowledge client writes puts none either);
+        ``node``: the replica group (or lone node) that receipts and recall handles name;
+        ``wrote``: told after a round that may have put messages (replication sends them)."""
+        self.wrote = wrote
+        self.may_write = may_write
         self.store = store
         self.is_master = is_master
         self.scheduler = Scheduler(lambda: store.config, store.clock.now_ms)
         self.levels = DelayLevelService(store, lambda: store.config)
         self.timer = TimerService(store)
+        self.pop = PopService(store, self.scheduler, node)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,8 +75,13 @@ class BrokerServices:
             self._persist()
 
     def wakeup(self) -> None:
-        """The role may have changed."""
+        """The role may have changed, or a delivery's invisibility was cut short."""
         self._wake.set()
+
+    @property
+    def active(self) -> bool:
+        """Delivering and bringing back messages: the group's master, its state loaded."""
+        return self._active
 
     def _ensure_topics(self) -> None:
         levels = len(self.store.config.delay_levels_ms)
@@ -83,12 +105,18 @@ class BrokerServices:
                     if not self._active:
                         self.levels.load()
                         self.timer.load()
+                        self.pop.load()
                         self._active = True
                         log.info("delay levels and timer deliver on this node (its group's master)")
-                    now = clock.now_ms()
-                    waits = [w for w in (self.levels.run_due(now), self.timer.run_due(now)) if w is not None]
-                    if waits:
-                        wait_s = min(wait_s, max(0.0, min(waits) / 1000))
+                    if self.may_write():
+                        now = clock.now_ms()
+                        due = (self.levels.run_due(now), self.timer.run_due(now), self.pop.run_due(now))
+                        self.wrote()
+                        waits = [w for w in due if w is not None]
+                        if waits:
+                            wait_s = min(wait_s, max(0.0, min(waits) / 1000))
+                    else:
+                        wait_s = 0.2  # fenced, learning, without quorum or lease: look again soon
                     self._persist()
                 elif self._active:
                     self._persist()
@@ -105,25 +133,49 @@ class BrokerServices:
         try:
             self.levels.persist()
             self.timer.persist()
+            self.store.offsets.persist_if_dirty()  # receive positions on disk before the progress that passes their checkpoints
+            self.pop.persist()
         except OSError as e:
             log.warning("could not save delay progress: %s", e)
 
     # ------------------------------------------------------------------ for the API
 
-    def recall(self, handle: RecallHandle) -> None:
-        self.timer.recall(handle, self.store.clock.now_ms())
+    def recall(self, handle: RecallHandle) -> PutResult:
+        return self.timer.recall(handle, self.store.clock.now_ms)
 
     def lowest_pending_phy(self) -> int | None:
+        """What the cleaner keeps: the oldest delayed (or in-flight) message. A follower, whose
+        services are idle, keeps what its copies of the master's progress files say is pending,
+        so that a promotion finds every message still due."""
         if not self._active:
+            return self._held_by_files()
+        lows = [
+            p for p in (self.levels.lowest_pending_phy(), self.timer.lowest_pending_phy(), self.pop.lowest_pending_phy()) if p is not None
+        ]
+        return min(lows) if lows else None
+
+    def _held_by_files(self) -> int | None:
+        levels = DelayLevelService(self.store, lambda: self.store.config)
+        timer = TimerService(self.store)
+        try:
+            levels.load()
+            timer.load()
+        except (OSError, ValueError) as e:
+            log.warning("cannot read the copied delay progress (%s): nothing held for it", e)
             return None
-        lows = [p for p in (self.levels.lowest_pending_phy(), self.timer.lowest_pending_phy()) if p is not None]
+        lows = [p for p in (levels.lowest_pending_phy(), timer.lowest_pending_phy()) if p is not None]
         return min(lows) if lows else None
 
     def followed_state(self) -> dict[str, str]:
         """What a follower copies: the progress files as they are now in memory."""
         if not self._active:
             return {}
-        return {DELAY_OFFSET_FILE: self.levels.state_json(), TIMER_CHECK_FILE: self.timer.state_json()}
+        files = {DELAY_OFFSET_FILE: self.levels.state_json(), TIMER_CHECK_FILE: self.timer.state_json(), POP_FILE: self.pop.state_json()}
+        # taken after the files: every message the progress counts as put is below it, and a
+        # follower takes the files only once its copy of the log reaches it (else a failover
+        # would find progress past messages it never received)
+        files[BROKER_STATE_END] = str(self.store.commitlog.max_offset)
+        return files
 
     def stats(self) -> dict[str, int]:
         return {
@@ -131,4 +183,7 @@ class BrokerServices:
             "timer_pending": self.timer.pending(),
             "delay_delivered": self.levels.delivered,
             "timer_delivered": self.timer.delivered,
+            "pop_inflight": sum(self.pop.inflight_counts().values()),
+            "pop_revived": self.pop.revived,
+            "pop_dead_lettered": self.pop.dead_lettered,
         }

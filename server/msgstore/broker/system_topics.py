@@ -26,7 +26,8 @@ SCHEDULING_PROPERTIES = (
     PROP_TIMER_DELAY_MS,
 )
 
-SYSTEM_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
+REVIVE_TOPIC = "rmq_sys_REVIVE_LOG"  # pop consumption's checkpoints and acks (revive_log.py)
+SYSTEM_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC, REVIVE_TOPIC)
 
 
 def is_system_topic(topic: str) -> bool:

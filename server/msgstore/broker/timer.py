@@ -21,10 +21,11 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 
-from ..record.codec import Message
+from ..record.codec import Message, StoredMessage
 from ..record.recall_handle import RecallHandle
-from ..store import GetStatus, MessageStore, PutStatus
+from ..store import GetStatus, MessageStore, PutResult, PutStatus
 from ..store.layout import TIMER_CHECK
 from ..store.metadata import read_json, write_atomic
 from .delivery import deliver, restored
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 FILE = TIMER_CHECK
 SHIFT = 1 << 40  # a heap entry: deliver_ms * SHIFT + queue offset
 BATCH = 512  # due messages delivered per round
+RECALL_KEPT_MS = 60_000  # a recall that met no message is forgotten this long after its time
 
 
 class TooLate(Exception):
@@ -96,7 +98,9 @@ class TimerService:
         cq = self.store.consume_queue(TIMER_TOPIC, 0)
         if cq is None:
             return None
-        at = max(self.done.first_pending(), cq.min_offset)
+        with self.lock:
+            first = self.done.first_pending()
+        at = max(first, cq.min_offset)
         unit = cq.unit(at) if at < cq.max_offset else None
         return unit[0] if unit is not None else None
 
@@ -121,13 +125,13 @@ class TimerService:
             with self.lock:
                 for m in stored:
                     off = m.queue_offset
-                    if off in self.done:
-                        continue
                     props = m.properties
                     uniq = props.get(PROP_TIMER_DEL_UNIQKEY)
-                    if uniq is not None:  # a recall: nothing of its own to deliver
+                    if uniq is not None:  # a recall (learnt again after every reload): nothing of its own to deliver
                         self.recalled[uniq] = _int(props.get(PROP_TIMER_DELIVER_MS))
                         self._finish(off)
+                        continue
+                    if off in self.done:
                         continue
                     heapq.heappush(self.heap, _int(props.get(PROP_TIMER_DELIVER_MS)) * SHIFT + off)
                 self.read_offset = stored[-1].queue_offset + 1
@@ -148,28 +152,59 @@ class TimerService:
                     due.append(heapq.heappop(self.heap))
             if not due:
                 break
-            if not self._deliver(due):
+            try:
+                delivered = self._deliver(due)
+            except BaseException:
+                with self.lock:  # nothing popped is forgotten (one delivered twice is better than one lost)
+                    for entry in due:
+                        if entry % SHIFT not in self.done:
+                            heapq.heappush(self.heap, entry)
+                raise
+            if not delivered:
                 return 1000
         with self.lock:
+            stale = [k for k, at in self.recalled.items() if at < now_ms - RECALL_KEPT_MS]
+            for k in stale:  # recalls that matched nothing (their message was delivered, or never existed)
+                del self.recalled[k]
             if not self.heap:
                 return None
             return max(0, self.heap[0] // SHIFT - now_ms)
 
+    def _read(self, offsets: list[int]) -> dict[int, StoredMessage]:
+        """The timer queue's messages at ``offsets``, one read per run of consecutive ones
+        (messages due together were mostly sent together)."""
+        found: dict[int, StoredMessage] = {}
+        ordered = sorted(offsets)
+        i = 0
+        while i < len(ordered):
+            j = i + 1
+            while j < len(ordered) and ordered[j] == ordered[j - 1] + 1:
+                j += 1
+            at = ordered[i]
+            while at < ordered[j - 1] + 1:  # (a read stops at its byte limit: go on from there)
+                res = self.store.get_message(None, TIMER_TOPIC, 0, at, max_msgs=ordered[j - 1] + 1 - at)
+                try:
+                    got = res.messages() if res.status is GetStatus.FOUND else []
+                finally:
+                    res.release()
+                if not got:
+                    break
+                found.update((m.queue_offset, m) for m in got)
+                at = got[-1].queue_offset + 1
+            i = j
+        return found
+
     def _deliver(self, due: list[int]) -> bool:
         store = self.store
         out: list[tuple[int, Message | None]] = []
+        read = self._read([entry % SHIFT for entry in due])
         for entry in due:
             off = entry % SHIFT
-            res = store.get_message(None, TIMER_TOPIC, 0, off, max_msgs=1)
-            try:
-                stored = res.messages() if res.status is GetStatus.FOUND else []
-            finally:
-                res.release()
-            if not stored or stored[0].queue_offset != off:
+            m = read.get(off)
+            if m is None:
                 log.error("timer message at offset %d is gone (deleted under disk pressure?): not delivered", off)
                 out.append((entry, None))
                 continue
-            m = stored[0]
             with self.lock:
                 recalled = self.recalled.pop(m.properties.get(PROP_UNIQ_KEY, ""), None) is not None
             out.append((entry, None if recalled else restored(m, {PROP_TIMER_OUT_MS: str(entry // SHIFT)})))
@@ -189,10 +224,11 @@ class TimerService:
 
     # ------------------------------------------------------------------ recall
 
-    def recall(self, handle: RecallHandle, now_ms: int) -> None:
-        """Cancel the timer message ``handle`` names, durably (a marker in the timer queue)."""
+    def recall(self, handle: RecallHandle, now_ms: Callable[[], int]) -> PutResult:
+        """Cancel the timer message ``handle`` names, durably (a marker in the timer queue);
+        the marker's put, for a caller that waits for followers to hold it."""
         with self.lock:
-            if handle.deliver_ms <= now_ms:
+            if handle.deliver_ms <= now_ms():  # (read under the lock: a delivery cannot slip in between)
                 raise TooLate(f"its delivery time ({handle.deliver_ms}) has come")
             self.recalled[handle.uniq_key] = handle.deliver_ms
             marker = Message(
@@ -212,6 +248,7 @@ class TimerService:
                 raise RecallFailed(f"{res.status.name} {res.reason}")
         if res.status is not PutStatus.PUT_OK:
             log.warning("recall of %s stored but not confirmed: %s", handle.uniq_key, res.status.name)
+        return res
 
 
 def _int(text: str | None) -> int:

@@ -12,6 +12,7 @@ from .common import DEFAULT_SERVER
 from .groups import cmd_groups
 from .messages import cmd_pull, cmd_query, cmd_recall, cmd_send
 from .offline import cmd_fsck, cmd_inspect
+from .pop import cmd_ack, cmd_dlq, cmd_receive
 from .serve import cmd_serve
 from .topics import cmd_route, cmd_topics
 
@@ -178,6 +179,30 @@ def build_parser() -> argparse.ArgumentParser:
     later.add_argument("--delay-level", type=int, metavar="N", help="RocketMQ 4's delay level N (of messageDelayLevel)")
     _connection_options(s)
     s.set_defaults(fn=cmd_send)
+
+    s = sub.add_parser("receive", help="receive messages for a group, each invisible to it until acknowledged or its time is up")
+    s.add_argument("group")
+    s.add_argument("topic")
+    s.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
+    s.add_argument("--invisible", type=_duration, default=30.0, metavar="DURATION", help="invisible to the group this long (default 30s)")
+    s.add_argument("--wait", type=_duration, default=0.0, metavar="DURATION", help="wait this long for a first message")
+    s.add_argument("--tags", help="only messages with these tags ('a || b')")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_receive)
+
+    s = sub.add_parser("ack", help="acknowledge received messages by their receipts")
+    s.add_argument("group")
+    s.add_argument("topic")
+    s.add_argument("receipts", nargs="+", metavar="RECEIPT")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_ack)
+
+    s = sub.add_parser("dlq", help="a group's dead letters (%%DLQ%%GROUP): list them, or resend them to their original topics")
+    s.add_argument("group")
+    s.add_argument("--resend", action="store_true", help="send each to its original topic (once: the group's position moves past it)")
+    s.add_argument("--max", type=int, default=1000, help="at most this many per node (default 1000)")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_dlq)
 
     s = sub.add_parser("recall", help="cancel a message sent with --delay/--deliver-at before its time")
     s.add_argument("handle", help="the recall_handle that send printed")

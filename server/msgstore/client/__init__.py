@@ -10,10 +10,12 @@ from .aio import AsyncClient
 from .aio_consumer import AsyncConsumer
 from .client import Client, OutMessage, PullResult, SendResult, StoreError
 from .consumer import BROADCASTING, CLUSTERING, Consumer, ConsumerRecord
+from .pop import Received
 from .producer import Producer
 from .routing import Node, QueueRef, Route
 
 __all__ = [
+    "Received",
     "AsyncClient",
     "AsyncConsumer",
     "BROADCASTING",

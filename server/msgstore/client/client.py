@@ -22,6 +22,7 @@ from .connection import Security, split_endpoints, sync_channel
 from .delays import delay_properties
 from .errors import StoreError
 from .errors import error_from as _error
+from .pop import PopCalls
 from .routing import (
     PROBE_TIMEOUT_S,
     REROUTE,
@@ -187,7 +188,7 @@ def pull_result(resp: pb.PullResponse, node: str) -> PullResult:
     )
 
 
-class Client:
+class Client(PopCalls):
     """A connection to a store (one node or many; any node's address finds the others)."""
 
     def __init__(

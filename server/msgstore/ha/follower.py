@@ -17,7 +17,7 @@ import time
 import grpc
 
 from ..store.commitlog import AppendError
-from ..store.layout import FOLLOWED_BROKER_FILES
+from ..store.layout import BROKER_STATE_END, FOLLOWED_BROKER_FILES
 from ..store.metadata import write_atomic
 from ..v1 import ha_pb2 as hpb
 from ..v1 import ha_pb2_grpc as hpbg
@@ -208,7 +208,9 @@ class Follower:
                 snapshot = {"topics": md.topics_json, "offsets": md.consumer_offsets_json, "groups": md.subscription_groups_json}
                 await loop.run_in_executor(None, r.store.apply_metadata, snapshot)
                 if md.broker_state:
-                    await loop.run_in_executor(None, copy_broker_files, r.store.layout.config_dir, dict(md.broker_state))
+                    await loop.run_in_executor(
+                        None, copy_broker_files, r.store.layout.config_dir, dict(md.broker_state), r.store.commitlog.max_offset
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the master is away: keep what we have
@@ -222,9 +224,16 @@ class Follower:
         return behind, (time.monotonic() - self.caught_up_at) if behind else 0.0
 
 
-def copy_broker_files(config_dir: str, files: dict[str, str]) -> None:
-    """The master's delay and timer progress, so that a promotion resumes close to where it
-    stood (only the files the layout names: a master cannot write elsewhere here)."""
+def copy_broker_files(config_dir: str, files: dict[str, str], log_end: int) -> bool:
+    """The master's delay, timer and pop progress, so that a promotion resumes close to where
+    it stood; only once this copy of the log holds everything that progress counts as done
+    (False: not yet, the older copy stays), and only the files the layout names."""
+    try:
+        needed = int(files.get(BROKER_STATE_END, "0"))
+    except ValueError:
+        return False
+    if log_end < needed:
+        return False
     for name in FOLLOWED_BROKER_FILES:
         text = files.get(name)
         if not text:
@@ -237,3 +246,4 @@ def copy_broker_files(config_dir: str, files: dict[str, str]) -> None:
         except (OSError, ValueError):
             pass
         write_atomic(path, text.encode())
+    return True

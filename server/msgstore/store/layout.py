@@ -26,6 +26,7 @@ DELAY_OFFSET = "delayOffset.json"  # under config/: the delay levels' cursors (b
 TIMER_CHECK = "timercheck"  # under config/: the timer's progress (broker/timer.py)
 POP_CHECKPOINT = "popCheckpoint"  # under config/: the revive log's progress (broker/pop.py)
 FOLLOWED_BROKER_FILES = (DELAY_OFFSET, TIMER_CHECK, POP_CHECKPOINT)  # a follower copies these from its master
+BROKER_STATE_END = "commitlogEnd"  # with them: the master's log end when they were taken (a follower waits to hold it)
 
 CQ_UNIT_SIZE = 20  # [8 phy offset][4 size][8 tags code]
 INDEX_HEADER_SIZE = 40  # begin/end timestamp, begin/end phy offset (longs), slot count, index count (ints)

@@ -60,6 +60,108 @@ NO_MESSAGE_IN_QUEUE: PullStatus
 LOWER: TimeBoundary
 UPPER: TimeBoundary
 
+class ReceiveRequest(_message.Message):
+    __slots__ = ("group", "topic", "max_messages", "invisible_ms", "wait_ms", "tag_filter")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TAG_FILTER_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    max_messages: int
+    invisible_ms: int
+    wait_ms: int
+    tag_filter: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., tag_filter: _Optional[str] = ...) -> None: ...
+
+class ReceivedMessage(_message.Message):
+    __slots__ = ("message", "receipt_handle", "attempt", "invisible_until_ms")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    receipt_handle: str
+    attempt: int
+    invisible_until_ms: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., receipt_handle: _Optional[str] = ..., attempt: _Optional[int] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class ReceiveResponse(_message.Message):
+    __slots__ = ("messages", "node")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
+    node: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckResult(_message.Message):
+    __slots__ = ("receipt_handle", "ok", "error")
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    ok: bool
+    error: str
+    def __init__(self, receipt_handle: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AckResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
+
+class ChangeInvisibleRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    invisible_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeInvisibleResponse(_message.Message):
+    __slots__ = ("receipt_handle", "invisible_until_ms")
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    invisible_until_ms: int
+    def __init__(self, receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class UpdateGroupRequest(_message.Message):
+    __slots__ = ("group", "max_deliveries", "backoff_ms", "exponential_initial_ms", "exponential_max_ms", "exponential_multiplier")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    max_deliveries: int
+    backoff_ms: _containers.RepeatedScalarFieldContainer[int]
+    exponential_initial_ms: int
+    exponential_max_ms: int
+    exponential_multiplier: float
+    def __init__(self, group: _Optional[str] = ..., max_deliveries: _Optional[int] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., exponential_initial_ms: _Optional[int] = ..., exponential_max_ms: _Optional[int] = ..., exponential_multiplier: _Optional[float] = ...) -> None: ...
+
+class UpdateGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class RecallRequest(_message.Message):
     __slots__ = ("recall_handle",)
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]

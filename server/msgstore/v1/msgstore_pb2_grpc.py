@@ -119,6 +119,26 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.RecallRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.Receive = channel.unary_unary(
+                '/msgstore.v1.MessageStore/Receive',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.ReceiveRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.ReceiveResponse.FromString,
+                _registered_method=True)
+        self.Ack = channel.unary_unary(
+                '/msgstore.v1.MessageStore/Ack',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.AckRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.AckResponse.FromString,
+                _registered_method=True)
+        self.ChangeInvisible = channel.unary_unary(
+                '/msgstore.v1.MessageStore/ChangeInvisible',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.ChangeInvisibleRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.ChangeInvisibleResponse.FromString,
+                _registered_method=True)
+        self.UpdateGroup = channel.unary_unary(
+                '/msgstore.v1.MessageStore/UpdateGroup',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.FromString,
+                _registered_method=True)
 
 
 class MessageStoreServicer:
@@ -250,6 +270,37 @@ class MessageStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Receive(self, request, context):
+        """Message-level consumption (RocketMQ 5's pop/ack) on the node, or a replica group's master:
+        messages of the topic (retries first) not yet delivered to the group, each invisible to the
+        group for invisible_ms; up to wait_ms for the first to arrive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Ack(self, request, context):
+        """Acknowledge deliveries by their receipt handles (each result says whether it still could).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeInvisible(self, request, context):
+        """A delivery stays invisible for invisible_ms from now instead (0: visible again now, after
+        the group's backoff: a nack); answers the delivery's new receipt handle.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateGroup(self, request, context):
+        """A consumer group's retry policy: deliveries at most before the DLQ, and the backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -337,6 +388,26 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.RecallRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.RecallResponse.SerializeToString,
+            ),
+            'Receive': grpc.unary_unary_rpc_method_handler(
+                    servicer.Receive,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.ReceiveRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.ReceiveResponse.SerializeToString,
+            ),
+            'Ack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ack,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.AckRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.AckResponse.SerializeToString,
+            ),
+            'ChangeInvisible': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeInvisible,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.ChangeInvisibleRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.ChangeInvisibleResponse.SerializeToString,
+            ),
+            'UpdateGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateGroup,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -798,6 +869,114 @@ class MessageStore:
             '/msgstore.v1.MessageStore/Recall',
             msgstore_dot_v1_dot_msgstore__pb2.RecallRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Receive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/Receive',
+            msgstore_dot_v1_dot_msgstore__pb2.ReceiveRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.ReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/Ack',
+            msgstore_dot_v1_dot_msgstore__pb2.AckRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeInvisible(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/ChangeInvisible',
+            msgstore_dot_v1_dot_msgstore__pb2.ChangeInvisibleRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.ChangeInvisibleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/UpdateGroup',
+            msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

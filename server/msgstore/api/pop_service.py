@@ -1,0 +1,163 @@
+"""Message-level consumption on the data plane (broker/pop.py): Receive (with long polling),
+Ack, ChangeInvisible, and a group's retry policy. Served by a group's master only: a follower
+answers UNAVAILABLE, which sends the client to the master, as a commit does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import grpc
+
+from ..broker.pop import Delivery, PopUnavailable, ReceiptExpired, retry_topic
+from ..broker.retry_policy import DEFAULT_NEXT, RetryPolicy
+from ..record.receipt import Receipt
+from ..v1 import msgstore_pb2 as pb
+from . import validation as v
+from .convert import message_to_pb
+from .scheduled import broker_taking_office
+
+if TYPE_CHECKING:
+    from .server import StoreServer
+
+DEFAULT_INVISIBLE_MS = 30_000
+MAX_INVISIBLE_MS = 12 * 3_600_000  # RocketMQ's limit too
+MAX_RECEIVE = 1000
+
+
+def _received(d: Delivery) -> pb.ReceivedMessage:
+    m = message_to_pb(d.message)
+    m.topic = d.topic
+    return pb.ReceivedMessage(message=m, receipt_handle=d.receipt, attempt=d.attempt, invisible_until_ms=d.invisible_until)
+
+
+class PopHandlers:
+    """Mixed into the data plane: ``self.server``, ``self._ready``."""
+
+    server: StoreServer
+
+    async def _pop_master(self, context) -> None:
+        await self._ready(context)  # type: ignore[attr-defined]
+        broker = self.server.broker
+        if broker is None or not self.server._broker_delivers() or not await broker_taking_office(self.server):
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "this node is not its group's master (or is just taking office): receive on the master"
+            )
+
+    def _receipts(self, handles, group: str, topic: str) -> list[Receipt]:
+        out = []
+        node = self.server.replica.group if self.server.replica is not None else self.server.node_name
+        for i, text in enumerate(handles):
+            try:
+                r = Receipt.decode(text)
+            except ValueError as e:
+                raise v.InvalidArgument(f"receipt_handles[{i}]", str(e)) from None
+            if r.group != group:
+                raise v.InvalidArgument(f"receipt_handles[{i}]", f"is a delivery to group {r.group}, not {group}")
+            if r.topic != topic and r.topic != retry_topic(group, topic):
+                raise v.InvalidArgument(f"receipt_handles[{i}]", f"is a delivery of topic {r.topic}, not {topic}")
+            if r.node != node:
+                raise v.InvalidArgument(f"receipt_handles[{i}]", f"was given out by {r.node}; this node is {node}")
+            out.append(r)
+        return out
+
+    async def Receive(self, request: pb.ReceiveRequest, context) -> pb.ReceiveResponse:
+        group = v.check_group(request.group)
+        topic = v.check_topic(request.topic)
+        n = request.max_messages or 32
+        v.check_range(n, "max_messages", 1, MAX_RECEIVE)
+        invisible = request.invisible_ms or DEFAULT_INVISIBLE_MS
+        v.check_range(invisible, "invisible_ms", 1, MAX_INVISIBLE_MS)
+        wait_ms = v.check_range(request.wait_ms, "wait_ms", 0, 60_000)
+        await self._pop_master(context)
+        server = self.server
+        pop = server.broker.pop  # type: ignore[union-attr]
+        store = server.store
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + wait_ms / 1000
+        queues = [(topic, q) for q in store.queues_of(topic)] + [(retry_topic(group, topic), 0)]
+        while True:
+            futures = [(t, q, server.waiters.register(t, q)) for t, q in queues] if wait_ms else []  # before the look
+            try:
+                try:
+                    got = await loop.run_in_executor(
+                        server.executor, pop.receive, group, topic, n, invisible, store.clock.now_ms(), request.tag_filter or None
+                    )
+                except PopUnavailable as e:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing received: {e}")
+                left = deadline - time.monotonic()
+                if got or left <= 0 or server.stopping:
+                    return pb.ReceiveResponse(messages=[_received(d) for d in got], node=server.node_name)
+                await asyncio.wait([f for _t, _q, f in futures], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t, q, f in futures:
+                    server.waiters.unregister(t, q, f)
+
+    async def Ack(self, request: pb.AckRequest, context) -> pb.AckResponse:
+        group = v.check_group(request.group)
+        topic = v.check_topic(request.topic)
+        if not 1 <= len(request.receipt_handles) <= MAX_RECEIVE:
+            raise v.InvalidArgument("receipt_handles", f"must hold 1 to {MAX_RECEIVE} handles, got {len(request.receipt_handles)}")
+        receipts = self._receipts(request.receipt_handles, group, topic)
+        await self._pop_master(context)
+        try:
+            errors = await asyncio.get_running_loop().run_in_executor(self.server.executor, self.server.broker.pop.ack, receipts)  # type: ignore[union-attr]
+        except PopUnavailable as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing acknowledged: {e}")
+        return pb.AckResponse(
+            results=[pb.AckResult(receipt_handle=h, ok=not err, error=err) for h, err in zip(request.receipt_handles, errors)]
+        )
+
+    async def ChangeInvisible(self, request: pb.ChangeInvisibleRequest, context) -> pb.ChangeInvisibleResponse:
+        group = v.check_group(request.group)
+        topic = v.check_topic(request.topic)
+        v.check_range(request.invisible_ms, "invisible_ms", 0, MAX_INVISIBLE_MS)
+        (receipt,) = self._receipts([request.receipt_handle], group, topic)
+        await self._pop_master(context)
+        broker = self.server.broker
+        assert broker is not None
+        try:
+            handle, until = await asyncio.get_running_loop().run_in_executor(
+                self.server.executor, broker.pop.change_invisible, receipt, request.invisible_ms, self.server.store.clock.now_ms()
+            )
+        except ReceiptExpired as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"receipt_handle: {e}")
+        except PopUnavailable as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"invisibility not changed: {e}")
+        if request.invisible_ms == 0:
+            broker.wakeup()  # a nack: bring it back now
+        return pb.ChangeInvisibleResponse(receipt_handle=handle, invisible_until_ms=until)
+
+    async def UpdateGroup(self, request: pb.UpdateGroupRequest, context) -> pb.UpdateGroupResponse:
+        group = v.check_group(request.group)
+        v.check_range(request.max_deliveries, "max_deliveries", 0, 1000)
+        for i, ms in enumerate(request.backoff_ms):
+            v.check_range(ms, f"backoff_ms[{i}]", 0, MAX_INVISIBLE_MS)
+        if request.exponential_initial_ms:
+            v.check_range(request.exponential_initial_ms, "exponential_initial_ms", 1, MAX_INVISIBLE_MS)
+            v.check_range(request.exponential_max_ms or request.exponential_initial_ms, "exponential_max_ms", 1, MAX_INVISIBLE_MS)
+            if request.exponential_multiplier and not 1.0 <= request.exponential_multiplier <= 100.0:
+                raise v.InvalidArgument("exponential_multiplier", f"must be between 1 and 100, got {request.exponential_multiplier}")
+        await self._pop_master(context)
+        groups = self.server.store.groups
+        groups.ensure(group)
+        with groups.lock:
+            entry = groups.groups[group]
+            current = RetryPolicy.of_group(entry)
+            most = request.max_deliveries or current.max_deliveries
+            if request.exponential_initial_ms:
+                initial = request.exponential_initial_ms
+                policy = RetryPolicy(
+                    most, DEFAULT_NEXT, initial, request.exponential_max_ms or initial, request.exponential_multiplier or 2.0
+                )
+            elif request.backoff_ms:
+                policy = RetryPolicy(most, tuple(request.backoff_ms))
+            else:
+                policy = replace(current, max_deliveries=most)
+            entry.update(policy.as_entry())
+            groups.data_version += 1
+            groups.changed()
+        await asyncio.get_running_loop().run_in_executor(self.server.executor, groups.persist)
+        return pb.UpdateGroupResponse()

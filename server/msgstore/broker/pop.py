@@ -1,0 +1,354 @@
+"""Message-level consumption (RocketMQ 5's pop/ack, the model of SQS and Kafka's share groups):
+a member of a consumer group receives messages that then stay invisible to the group for a
+while; it acknowledges each one, changes its invisibility, or lets it lapse, and a message not
+acknowledged in time comes back with its delivery count one higher, after the group's backoff.
+
+- **Receive** takes messages from the group's position in each queue of the topic (and first
+  from the group's retry topic), writes one checkpoint per queue to the revive log
+  (revive_log.py) and moves the group's position past them: several receivers of one group
+  get different messages. A group's first receive starts at a queue's first message.
+- **Ack**, **change invisibility** and **nack** (visible again now, after the backoff) write
+  ack records (and a new checkpoint) to the revive log.
+- **Revive**: a checkpoint whose time is up puts each message still unacknowledged on
+  ``%RETRY%<group>_<topic>`` (RocketMQ 5's pop retry topic) through the timer, due after the
+  group's backoff, with its delivery count in the record's reconsume times; after the group's
+  ``retryMaxTimes`` deliveries it goes to ``%DLQ%<group>`` instead, with its original topic and
+  id in ``DLQ_ORIGIN_TOPIC`` / ``DLQ_ORIGIN_MESSAGE_ID``.
+
+What is in flight is rebuilt from the revive log (replicated like every record) from its first
+checkpoint not finished, kept in ``config/popCheckpoint`` (copied to followers every second): a
+restart or a failover loses no message and brings back only what was not acknowledged, or
+acknowledged in the last second before a failover (at-least-once).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..record.codec import Message, StoredMessage
+from ..record.receipt import Receipt
+from ..store import GetStatus, MessageStore
+from ..store.layout import POP_CHECKPOINT
+from ..store.metadata import read_json, write_atomic
+from .progress import DoneOffsets
+from .retry_policy import RetryPolicy
+from .revive_log import Checkpoint, ack_record, parse
+from .scheduling import Scheduler
+from .system_topics import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, REVIVE_TOPIC
+
+log = logging.getLogger(__name__)
+
+FILE = POP_CHECKPOINT
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+BATCH = 256
+
+
+def retry_topic(group: str, topic: str) -> str:
+    return f"%RETRY%{group}_{topic}"
+
+
+def dlq_topic(group: str) -> str:
+    return f"%DLQ%{group}"
+
+
+class ReceiptExpired(Exception):
+    """The delivery a receipt names is over: acknowledged, or its message came back (or is
+    coming back) as a new delivery."""
+
+
+class PopUnavailable(Exception):
+    """The store takes no write now (full, fenced): nothing was received or acknowledged."""
+
+
+@dataclass
+class Delivery:
+    message: StoredMessage
+    topic: str  # the topic the producer sent it to (a retry's original topic)
+    attempt: int
+    receipt: str
+    invisible_until: int
+
+
+class PopService:
+    def __init__(self, store: MessageStore, scheduler: Scheduler, node: Callable[[], str]):
+        self.store = store
+        self.scheduler = scheduler
+        self.node = node  # the replica group (or lone node) receipts name
+        self.path = os.path.join(store.layout.config_dir, FILE)
+        self.lock = threading.RLock()
+        self.inflight: dict[int, Checkpoint] = {}  # revive-log offset → checkpoint not finished
+        self.heap: list[tuple[int, int]] = []  # (deadline, checkpoint offset)
+        self.done = DoneOffsets()
+        self.read_offset = 0
+        self.dirty = False
+        self.revived = 0
+        self.dead_lettered = 0
+
+    # ------------------------------------------------------------------ progress
+
+    def load(self) -> None:
+        doc = read_json(self.path)
+        with self.lock:
+            self.done = DoneOffsets.decode(doc.get("progress", {})) if isinstance(doc, dict) else DoneOffsets()
+            self.inflight, self.heap = {}, []
+            self.read_offset = self.done.below
+            self.dirty = False
+
+    def state_json(self) -> str:
+        with self.lock:
+            return json.dumps({"version": 1, "progress": self.done.encode()}, separators=(",", ":"))
+
+    def persist(self) -> None:
+        with self.lock:
+            if not self.dirty:
+                return
+            self.dirty = False
+        write_atomic(self.path, self.state_json().encode())
+
+    def _finish(self, offset: int) -> None:
+        self.done.add(offset)
+        self.dirty = True
+
+    def lowest_pending_phy(self) -> int | None:
+        """The oldest message still in flight keeps its segment (and the revive log's)."""
+        cq = self.store.consume_queue(REVIVE_TOPIC, 0)
+        if cq is None:
+            return None
+        at = max(self.done.first_pending(), cq.min_offset)
+        unit = cq.unit(at) if at < cq.max_offset else None
+        lows = [unit[0]] if unit is not None else []
+        with self.lock:
+            cks = list(self.inflight.values())
+        for ck in cks:
+            q = self.store.consume_queue(ck.topic, ck.queue_id)
+            u = q.unit(min(ck.pending)) if q is not None and ck.pending else None
+            if u is not None:
+                lows.append(u[0])
+        return min(lows) if lows else None
+
+    def inflight_counts(self) -> dict[str, int]:
+        """Messages in flight per consumer group."""
+        out: dict[str, int] = {}
+        with self.lock:
+            for ck in self.inflight.values():
+                out[ck.group] = out.get(ck.group, 0) + len(ck.pending)
+        return out
+
+    # ------------------------------------------------------------------ the revive log
+
+    def _write(self, records: list[Message]) -> int:
+        """Append records to the revive log; the queue offset of the first."""
+        if self.store.topics.get(REVIVE_TOPIC) is None:
+            self.store.create_topic(REVIVE_TOPIC, 1)
+        res = self.store.put_messages(REVIVE_TOPIC, 0, records)
+        if not res.status.stored:
+            raise PopUnavailable(f"{res.status.name} {res.reason}")
+        return res.queue_offset
+
+    def take_new(self) -> None:
+        """Read the revive log's records not seen yet: checkpoints of another run (a restart, a
+        promotion) become in flight, acks finish what they name."""
+        store = self.store
+        while self.read_offset < store.max_offset(REVIVE_TOPIC, 0):
+            res = store.get_message(None, REVIVE_TOPIC, 0, self.read_offset, max_msgs=BATCH)
+            try:
+                found = res.status is GetStatus.FOUND
+                stored = res.messages() if found else []
+                next_offset = res.next_offset
+            finally:
+                res.release()
+            if not found:
+                if next_offset <= self.read_offset:
+                    return
+                self.read_offset = next_offset
+                continue
+            with self.lock:
+                for m in stored:
+                    off = m.queue_offset
+                    rec = parse(m.properties.get("TAGS"), bytes(m.body))
+                    if isinstance(rec, Checkpoint):
+                        self._position_past(rec)
+                        if off not in self.done and off not in self.inflight:
+                            self.inflight[off] = rec
+                            heapq.heappush(self.heap, (rec.deadline, off))
+                        continue
+                    for ck_off, o in rec or []:
+                        self._acked(ck_off, o)
+                    self._finish(off)
+                self.read_offset = stored[-1].queue_offset + 1
+
+    def _position_past(self, ck: Checkpoint) -> None:
+        """The group's position is past every message a checkpoint delivered: the log says so
+        even when the position's own (lazy) save was lost in a crash."""
+        store = self.store
+        end = max(ck.offsets) + 1
+        if store.query_offset(ck.group, ck.topic, ck.queue_id) < end:
+            store.commit_offset(ck.group, ck.topic, ck.queue_id, end, durable=False)
+
+    def _acked(self, ck_off: int, offset: int) -> None:
+        ck = self.inflight.get(ck_off)
+        if ck is None:
+            return
+        ck.pending.discard(offset)
+        if not ck.pending:
+            del self.inflight[ck_off]
+            self._finish(ck_off)
+
+    # ------------------------------------------------------------------ receive
+
+    def receive(
+        self, group: str, topic: str, max_messages: int, invisible_ms: int, now_ms: int, tag_filter: str | None = None
+    ) -> list[Delivery]:
+        """Up to ``max_messages`` for ``group`` from ``topic`` (retries first), invisible to
+        the group until ``now_ms + invisible_ms``. Raises PopUnavailable."""
+        store = self.store
+        self.store.groups.ensure(group)
+        queues = [(retry_topic(group, topic), 0)] + [(topic, q) for q in store.queues_of(topic)]
+        deadline = now_ms + invisible_ms
+        out: list[Delivery] = []
+        with self.lock:
+            for t, q in queues:
+                if len(out) >= max_messages:
+                    break
+                if store.consume_queue(t, q) is None:
+                    continue
+                committed = store.query_offset(group, t, q)
+                start = max(committed, store.min_offset(t, q)) if committed >= 0 else store.min_offset(t, q)
+                if start >= store.max_offset(t, q):
+                    continue
+                res = store.get_message(group, t, q, start, max_msgs=max_messages - len(out), tag_filter=tag_filter)
+                try:
+                    got = res.messages() if res.status is GetStatus.FOUND else []
+                    next_offset = res.next_offset
+                finally:
+                    res.release()
+                if got:
+                    offsets = [m.queue_offset for m in got]
+                    ck = Checkpoint(group, t, q, offsets, deadline, set(offsets))
+                    ck_off = self._write([ck.record()])
+                    self.inflight[ck_off] = ck
+                    heapq.heappush(self.heap, (deadline, ck_off))
+                    node = self.node()
+                    for m in got:
+                        attempt = m.reconsume_times + 1
+                        r = Receipt(group, t, q, m.queue_offset, ck_off, attempt, node).encode()
+                        out.append(Delivery(m, m.properties.get(PROP_RETRY_TOPIC, t) if t != topic else t, attempt, r, deadline))
+                if next_offset > start:  # past what it returned, and past what the tag filter skipped
+                    store.commit_offset(group, t, q, next_offset, durable=False)
+        return out
+
+    # ------------------------------------------------------------------ ack and invisibility
+
+    def _check(self, receipt: Receipt) -> Checkpoint:
+        ck = self.inflight.get(receipt.checkpoint)
+        if (
+            ck is None
+            or receipt.offset not in ck.pending
+            or (ck.group, ck.topic, ck.queue_id) != (receipt.group, receipt.topic, receipt.queue_id)
+        ):
+            raise ReceiptExpired("the delivery is over: the message was acknowledged, or it came back as a new delivery")
+        return ck
+
+    def ack(self, receipts: list[Receipt]) -> list[str]:
+        """Acknowledge deliveries; per receipt '' or why it could not be (expired)."""
+        with self.lock:
+            errors, acks = [], []
+            for r in receipts:
+                try:
+                    self._check(r)
+                    acks.append((r.checkpoint, r.offset))
+                    errors.append("")
+                except ReceiptExpired as e:
+                    errors.append(str(e))
+            if acks:
+                self._write([ack_record(acks)])
+                for ck_off, o in acks:
+                    self._acked(ck_off, o)
+            return errors
+
+    def change_invisible(self, receipt: Receipt, invisible_ms: int, now_ms: int) -> tuple[str, int]:
+        """The delivery stays invisible until ``now_ms + invisible_ms`` instead (0: visible
+        again now, after the group's backoff: a nack); its new receipt and that time."""
+        with self.lock:
+            old = self._check(receipt)
+            deadline = now_ms + invisible_ms
+            ck = Checkpoint(old.group, old.topic, old.queue_id, [receipt.offset], deadline, {receipt.offset})
+            first = self._write([ack_record([(receipt.checkpoint, receipt.offset)]), ck.record()])
+            self._acked(receipt.checkpoint, receipt.offset)
+            ck_off = first + 1
+            self.inflight[ck_off] = ck
+            heapq.heappush(self.heap, (deadline, ck_off))
+            return Receipt(old.group, old.topic, old.queue_id, receipt.offset, ck_off, receipt.attempt, self.node()).encode(), deadline
+
+    # ------------------------------------------------------------------ revive
+
+    def run_due(self, now_ms: int) -> int | None:
+        """Bring back what is due; ms until the next checkpoint's time (None: none)."""
+        self.take_new()
+        with self.lock:
+            while self.heap and self.heap[0][0] <= now_ms:
+                deadline, ck_off = heapq.heappop(self.heap)
+                ck = self.inflight.get(ck_off)
+                if ck is None:
+                    continue
+                if not self._revive(ck, now_ms):
+                    heapq.heappush(self.heap, (deadline, ck_off))
+                    return 1000
+                del self.inflight[ck_off]
+                self._finish(ck_off)
+            return max(0, self.heap[0][0] - now_ms) if self.heap else None
+
+    def _revive(self, ck: Checkpoint, now_ms: int) -> bool:
+        """Put every message of ``ck`` still pending on the retry topic (or the DLQ); False when
+        the store refused (the checkpoint is tried again)."""
+        store = self.store
+        policy = RetryPolicy.of_group(store.groups.groups.get(ck.group))
+        for off in sorted(ck.pending):
+            res = store.get_message(None, ck.topic, ck.queue_id, off, max_msgs=1)
+            try:
+                got = res.messages() if res.status is GetStatus.FOUND else []
+            finally:
+                res.release()
+            if not got or got[0].queue_offset != off:
+                log.error("%s/%d offset %d of group %s is gone (retention): it cannot come back", ck.topic, ck.queue_id, off, ck.group)
+                ck.pending.discard(off)
+                continue
+            m = got[0]
+            deliveries = m.reconsume_times + 1
+            original = m.properties.get(PROP_RETRY_TOPIC, ck.topic)
+            origin_id = m.properties.get(PROP_ORIGIN_MESSAGE_ID) or m.properties.get(PROP_UNIQ_KEY) or m.msg_id
+            props = {k: v for k, v in m.properties.items() if k not in (PROP_TIMER_DELAY_MS, "TIMER_OUT_MS")}
+            props.update({PROP_RETRY_TOPIC: original, PROP_ORIGIN_MESSAGE_ID: origin_id})
+            if deliveries >= policy.max_deliveries:
+                target = dlq_topic(ck.group)
+                props.update({PROP_DLQ_ORIGIN_TOPIC: original, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id})
+            else:
+                target = retry_topic(ck.group, original)
+                props[PROP_TIMER_DELAY_MS] = str(policy.backoff_ms(deliveries))
+            if store.topics.get(target) is None:
+                store.create_topic(target, 1)
+            msg = Message(target, bytes(m.body), 0, m.flag, props, m.born_timestamp, m.born_host, reconsume_times=deliveries)
+            if target != dlq_topic(ck.group):
+                msg, _ = self.scheduler.prepare(msg)
+            res_put = store.put_messages(msg.topic, msg.queue_id, [msg])
+            if not res_put.status.stored:
+                log.warning("group %s: bringing back %s/%d offset %d waits: %s", ck.group, ck.topic, ck.queue_id, off, res_put.reason)
+                return False
+            ck.pending.discard(off)
+            if target == dlq_topic(ck.group):
+                self.dead_lettered += 1
+                log.warning(
+                    "group %s: message %s of %s set aside in %s after %d deliveries", ck.group, origin_id, original, target, deliveries
+                )
+            else:
+                self.revived += 1
+        return True

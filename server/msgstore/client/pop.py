@@ -1,0 +1,148 @@
+"""Message-level consumption from a client (RocketMQ 5's SimpleConsumer model): receive
+messages that then stay invisible to the group, acknowledge each, change its invisibility, or
+nack it (it comes back after the group's backoff, its attempt one higher; after the group's
+``max_deliveries`` it is set aside in ``%DLQ%<group>``). Calls go to each node's master."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from ..record.receipt import Receipt
+from ..v1 import msgstore_pb2 as pb
+from .errors import StoreError
+from .routing import QueueRef
+
+
+@dataclass
+class Received:
+    """One delivery of a message to a member of a group."""
+
+    body: bytes
+    topic: str  # the topic it was sent to (a redelivery's too)
+    queue: QueueRef  # where it was delivered from (a retry topic's queue for a redelivery)
+    queue_offset: int
+    msg_id: str
+    attempt: int  # 1 for a first delivery
+    receipt: str  # what ack / change_invisible / nack take
+    invisible_until_ms: int
+    tags: str = ""
+    keys: list[str] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+    born_timestamp: int = 0
+    store_timestamp: int = 0
+
+
+def _received(r: pb.ReceivedMessage, node: str, address: str) -> Received:
+    m = r.message
+    return Received(
+        bytes(m.body),
+        m.topic,
+        QueueRef(node, address, m.queue_id),
+        m.queue_offset,
+        m.msg_id,
+        r.attempt,
+        r.receipt_handle,
+        r.invisible_until_ms,
+        m.tags,
+        list(m.keys),
+        dict(m.properties),
+        m.born_timestamp,
+        m.store_timestamp,
+    )
+
+
+def _receipt(text: str) -> Receipt:
+    try:
+        return Receipt.decode(text)
+    except ValueError as e:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"receipt_handle: {e}") from None
+
+
+class PopCalls:
+    """Mixed into Client (``route``, ``_group_call``, ``master_address``, ``_call``)."""
+
+    def receive(
+        self: Any,
+        group: str,
+        topic: str,
+        max_messages: int = 32,
+        *,
+        invisible: float = 30.0,
+        wait: float = 0.0,
+        tags: str | None = None,
+    ) -> list[Received]:
+        """Up to ``max_messages`` not yet delivered to ``group`` (redeliveries first), each
+        invisible to the group for ``invisible`` seconds; waits up to ``wait`` seconds on the
+        last node asked when none has any."""
+        route = self.route(topic)
+        nodes = route.nodes or []
+        out: list[Received] = []
+        for i, node in enumerate(nodes):
+            if len(out) >= max_messages:
+                break
+            last = i == len(nodes) - 1
+            req = pb.ReceiveRequest(
+                group=group,
+                topic=topic,
+                max_messages=max_messages - len(out),
+                invisible_ms=max(1, round(invisible * 1000)),
+                wait_ms=round(wait * 1000) if last and not out else 0,
+                tag_filter=tags or "",
+            )
+            queue = QueueRef(node.name, node.address, 0)
+            resp = self._group_call(topic, queue, "Receive", req, reads=False, timeout=self.timeout + req.wait_ms / 1000)
+            address = self.master_address(topic, queue)
+            out += [_received(r, node.name, address) for r in resp.messages]
+        return out
+
+    def _receipt_call(self: Any, receipt: str, method: str, request) -> object:
+        r = _receipt(receipt)
+        return self._group_call(r.topic, QueueRef(r.node, "", r.queue_id), method, request, reads=False)
+
+    def ack(self: Any, group: str, topic: str, receipts: Sequence[str | Received]) -> list[str]:
+        """Acknowledge deliveries; per receipt '' or why it no longer could (the delivery is
+        over: acknowledged already, or the message came back as a new delivery)."""
+        texts = [r.receipt if isinstance(r, Received) else r for r in receipts]
+        by_node: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            by_node.setdefault(_receipt(t).node, []).append(i)
+        errors = [""] * len(texts)
+        for idx in by_node.values():
+            req = pb.AckRequest(group=group, topic=topic, receipt_handles=[texts[i] for i in idx])
+            resp = self._receipt_call(texts[idx[0]], "Ack", req)
+            for i, res in zip(idx, resp.results):  # type: ignore[attr-defined]
+                errors[i] = "" if res.ok else res.error
+        return errors
+
+    def change_invisible(self: Any, group: str, topic: str, receipt: str | Received, invisible: float) -> str:
+        """Keep the delivery invisible for ``invisible`` seconds from now instead; its new receipt."""
+        text = receipt.receipt if isinstance(receipt, Received) else receipt
+        req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=max(0, round(invisible * 1000)))
+        return self._receipt_call(text, "ChangeInvisible", req).receipt_handle  # type: ignore[attr-defined,no-any-return]
+
+    def nack(self: Any, group: str, topic: str, receipt: str | Received) -> None:
+        """Give the delivery up now: it comes back after the group's backoff, attempt + 1."""
+        self.change_invisible(group, topic, receipt, 0)
+
+    def update_group(
+        self: Any,
+        group: str,
+        *,
+        max_deliveries: int = 0,
+        backoff: Sequence[float] = (),
+        exponential: tuple[float, float, float] | None = None,
+    ) -> None:
+        """A group's retry policy on every node: ``max_deliveries`` before the DLQ (RocketMQ's
+        retryMaxTimes, 16), and the backoff: seconds after delivery k (``backoff[k-1]``, the
+        last repeating) or ``exponential=(initial, max, multiplier)`` seconds."""
+        req = pb.UpdateGroupRequest(group=group, max_deliveries=max_deliveries, backoff_ms=[round(s * 1000) for s in backoff])
+        if exponential is not None:
+            req.exponential_initial_ms = round(exponential[0] * 1000)
+            req.exponential_max_ms = round(exponential[1] * 1000)
+            req.exponential_multiplier = exponential[2]
+        for node in self.route("", refresh=True).nodes:
+            self._call(node.address, "UpdateGroup", req, node=node.name)

@@ -1,0 +1,194 @@
+"""Message-level consumption (issue 22, part 2) against real server processes: receive with an
+invisibility, ack, change invisibility, nack; a message not acknowledged coming back with its
+attempt one higher after the group's backoff, and set aside in %DLQ%<group> after the maximum;
+receivers of one group never sharing a delivery; a SIGKILL losing no delivery in flight; the
+CLI's receive, ack and dlq."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+
+from msgstore.client import Client, StoreError
+from tests.support.servers import ROOT, wait_until
+
+
+@pytest.fixture
+def c(server):
+    with Client(server.address, timeout=10) as client:
+        client.create_topic("work", 2)
+        yield client
+
+
+def send(c: Client, n: int, prefix: str = "m") -> set[bytes]:
+    bodies = {b"%s%d" % (prefix.encode(), i) for i in range(n)}
+    for b in sorted(bodies):
+        assert c.send("work", b, visible=True).ok
+    return bodies
+
+
+def test_receivers_get_different_messages_and_acked_ones_never_come_back(c):
+    sent = send(c, 6)
+    first = c.receive("g", "work", 4, invisible=0.5)
+    second = c.receive("g", "work", 4, invisible=0.5)
+    assert len(first) == 4 and len(second) == 2
+    assert {r.body for r in first} | {r.body for r in second} == sent
+    assert all(r.attempt == 1 and r.topic == "work" for r in first + second)
+    assert c.ack("g", "work", first + second) == [""] * 6
+    time.sleep(1.0)  # an absence: past every invisibility
+    assert c.receive("g", "work", 10) == []
+    assert c.ack("g", "work", first[:1]) != [""]  # acknowledged already: the delivery is over
+
+
+def test_a_message_not_acked_comes_back_with_its_attempt_after_the_backoff(c):
+    c.update_group("g", backoff=[0.3])
+    sent = send(c, 1)
+    (got,) = c.receive("g", "work", 10, invisible=0.2)
+    t0 = time.monotonic()
+    again = []
+    wait_until(lambda: again.extend(c.receive("g", "work", 10, invisible=5)) or again, timeout=15, what="the redelivery")
+    assert time.monotonic() - t0 >= 0.45  # invisibility, then the backoff
+    (r,) = again
+    assert (r.body, r.topic, r.attempt) == (got.body, "work", 2) and {r.body} == sent
+    assert r.queue.queue_id == 0 and r.properties.get("RETRY_TOPIC") == "work"
+    assert c.ack("g", "work", [r]) == [""]
+
+
+def test_after_the_maximum_deliveries_it_is_a_dead_letter(c, server):
+    c.update_group("g", max_deliveries=2, backoff=[0.1])
+    send(c, 1, "doomed")
+    (first,) = c.receive("g", "work", 1)
+    c.nack("g", "work", first)
+    second: list = []
+    wait_until(lambda: second.extend(c.receive("g", "work", 1)) or second, timeout=15, what="the second delivery")
+    assert second[0].attempt == 2
+    c.nack("g", "work", second[0])
+    wait_until(lambda: "%DLQ%g" in c.topics(), timeout=15, what="the DLQ topic")
+    route = c.route("%DLQ%g", refresh=True)
+    from msgstore.client import QueueRef
+
+    def dead() -> list:
+        return c.pull("%DLQ%g", QueueRef(route.nodes[0].name, route.nodes[0].address, 0), 0).messages
+
+    wait_until(dead, timeout=15, what="the dead letter")
+    (d,) = dead()
+    assert d.body == b"doomed0" and d.properties["DLQ_ORIGIN_TOPIC"] == "work" and d.reconsume_times == 2
+    assert d.properties["DLQ_ORIGIN_MESSAGE_ID"]
+    time.sleep(0.5)
+    assert c.receive("g", "work", 5) == []  # set aside: not delivered again
+
+
+def test_change_invisible_keeps_it_away_longer_and_retires_the_old_receipt(c):
+    send(c, 1)
+    (got,) = c.receive("g", "work", 1, invisible=0.3)
+    new = c.change_invisible("g", "work", got, 3.0)
+    time.sleep(0.8)  # an absence: past the first invisibility
+    assert c.receive("g", "work", 5) == []
+    assert c.ack("g", "work", [got.receipt]) != [""]
+    assert c.ack("g", "work", [new]) == [""]
+
+
+def test_concurrent_receivers_of_one_queue_never_share_a_delivery(c):
+    c.create_topic("one", 1)
+    bodies = {b"x%d" % i for i in range(200)}
+    for b in sorted(bodies):
+        c.send("one", b)
+    seen: list[bytes] = []
+    lock = threading.Lock()
+
+    def member() -> None:
+        with Client(c.route("one").nodes[0].address, timeout=10) as mine:
+            while True:
+                got = mine.receive("g", "one", 7, invisible=30)
+                if not got:
+                    return
+                with lock:
+                    seen.extend(r.body for r in got)
+                mine.ack("g", "one", got)
+
+    threads = [threading.Thread(target=member) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(seen) == sorted(bodies)  # each exactly once
+
+
+def test_a_sigkill_loses_no_delivery_in_flight(servers):
+    node = servers("pop-crash")
+    with Client(node.address, timeout=10) as c:
+        c.create_topic("work", 1)
+        c.update_group("g", backoff=[0.1])
+        sent = send(c, 10)
+        got = c.receive("g", "work", 10, invisible=1.0)
+        acked = {r.body for r in got[:4]}
+        assert c.ack("g", "work", got[:4]) == [""] * 4
+    node.kill()
+    node.start()
+    with Client(node.address, timeout=10) as c:
+        back: list = []
+        wait_until(
+            lambda: back.extend(c.receive("g", "work", 10, invisible=30)) or {r.body for r in back} >= sent - acked,
+            timeout=20,
+            what="the unacknowledged messages after the restart",
+        )
+        assert {r.body for r in back} == sent - acked  # acked ones stay acked across the crash
+        assert all(r.attempt == 2 for r in back)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"invisible": 13 * 3600}, "invisible_ms"),
+        ({"max_messages": 5000}, "max_messages"),
+    ],
+)
+def test_bad_receives_are_invalid_argument_naming_the_field(c, kwargs, field):
+    with pytest.raises(StoreError) as e:
+        c.receive("g", "work", **kwargs)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details
+
+
+def test_a_receipt_not_given_out_here_is_refused(c):
+    with pytest.raises(StoreError) as e:
+        c.ack("g", "work", ["garbage"])
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "receipt_handle" in e.value.details
+
+
+def test_the_cli_receives_acks_and_resends_dead_letters(server, c):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "msgstore.cli", "--json", *args, "--server", server.address],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+
+    c.update_group("cli", max_deliveries=1)
+    send(c, 2, "c")
+    out = cli("receive", "cli", "work", "--max", "1", "--invisible", "20s")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    ack = cli("ack", "cli", "work", row["receipt"])
+    assert ack.returncode == 0 and json.loads(ack.stdout)[0]["ok"]
+    left = json.loads(cli("receive", "cli", "work", "--invisible", "100ms").stdout)
+    assert len(left) == 1  # not acked, and one delivery is the maximum: a dead letter when it lapses
+    wait_until(lambda: json.loads(cli("dlq", "cli").stdout or "[]"), timeout=15, what="the dead letter in the CLI")
+    resend = cli("dlq", "cli", "--resend")
+    assert resend.returncode == 0, resend.stderr
+    again = json.loads(cli("receive", "cli", "work").stdout)
+    assert [r["body"] for r in again] == [left[0]["body"]]  # back on its topic, a first delivery again
+    assert json.loads(cli("dlq", "cli", "--resend").stdout) == []  # resent once only
+    assert len(json.loads(cli("dlq", "cli").stdout)) == 1  # and still listed
+    assert len(json.loads(cli("receive", "cli", "work", "--invisible", "30s").stdout)) == 0

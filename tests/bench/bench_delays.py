@@ -1,0 +1,111 @@
+"""Delayed delivery (issue 22): one node as a user runs it (``msgstore serve``, defaults).
+
+- 10,000 timer messages due in the same second: from that second until the last is visible
+  on its topic (target ≤ 1 s), and how late each was stored on it (its store time minus the
+  ``TIMER_OUT_MS`` it was due at).
+- A million timer messages due in an hour, held: the node's resident memory (not counting
+  page cache: RssAnon) beyond what it used before they were sent (target ≤ 256 MiB).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+
+from msgstore.client import Client, OutMessage
+from msgstore.client.routing import QueueRef
+
+from .bench_scale import Node
+from .common import Measure
+
+DUE_TOGETHER = int(os.environ.get("BENCH_DELAYS_TOGETHER", "10000"))
+HELD = int(os.environ.get("BENCH_DELAYS_HELD", "1000000"))
+BATCH = 500
+
+
+def rss_anon_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def held_on(c: Client, topic: str) -> int:
+    return sum(hi for _lo, hi in c.queue_offsets(topic).values())
+
+
+def send_timers(c: Client, topic: str, node: str, address: str, count: int, due_ms: int) -> None:
+    msg = OutMessage(b"x" * 100, properties={"TIMER_DELIVER_MS": str(due_ms)})
+    for start in range(0, count, BATCH):
+        n = min(BATCH, count - start)
+        res = c.send_batch(topic, [msg] * n, queue=QueueRef(node, address, start // BATCH % 8))
+        assert all(r.ok for r in res), res[0]
+
+
+def due_together(address: str) -> list[Measure]:
+    with Client(address, timeout=60) as c:
+        c.create_topic("due", 8)
+        node = c.route("due", refresh=True).nodes[0].name
+        t0 = time.time()
+        send_timers(c, "due", node, address, DUE_TOGETHER, 0)  # (a time in the past: ordinary messages; warms the path)
+        sending = time.time() - t0
+        due_ms = int((time.time() + max(5.0, 3 * sending + 2)) * 1000)
+        before = held_on(c, "due")
+        send_timers(c, "due", node, address, DUE_TOGETHER, due_ms)
+        while time.time() * 1000 < due_ms:
+            time.sleep(0.005)
+        deadline = time.time() + 120
+        while held_on(c, "due") < before + DUE_TOGETHER and time.time() < deadline:
+            time.sleep(0.005)
+        all_in = time.time() * 1000 - due_ms
+        late = []
+        for qid in range(8):
+            offset = 0
+            while True:
+                got = c.pull("due", QueueRef(node, address, qid), offset, max_messages=1000)
+                if not got.messages:
+                    break
+                late += [m.store_timestamp - int(m.properties["TIMER_OUT_MS"]) for m in got.messages if "TIMER_OUT_MS" in m.properties]
+                offset = got.next_offset
+    return [
+        Measure(f"delays: {DUE_TOGETHER:,} timers due in one second, all visible after", "ms", [all_in], "target ≤ 1,000"),
+        Measure(
+            "delays: lateness of each (store time on its topic - due time)",
+            "ms",
+            [statistics.median(late), sorted(late)[int(len(late) * 0.99)], max(late)],
+            "p50 / p99 / max",
+            extra={"count": len(late)},
+        ),
+    ]
+
+
+def held(node: Node) -> list[Measure]:
+    assert node.proc is not None
+    base = rss_anon_mib(node.proc.pid)
+    with Client(node.address, timeout=60) as c:
+        c.create_topic("later", 8)
+        name = c.route("later", refresh=True).nodes[0].name
+        t0 = time.time()
+        send_timers(c, "later", name, node.address, HELD, int((time.time() + 3600) * 1000))
+        took = time.time() - t0
+        pending = HELD
+    held_rss = rss_anon_mib(node.proc.pid)
+    return [
+        Measure(f"delays: {HELD:,} timers held, RSS (anon) beyond the node's before", "MiB", [held_rss - base], "target ≤ 256"),
+        Measure(f"delays: sending {HELD:,} timer messages (batches of {BATCH})", "msg/s", [pending / took]),
+    ]
+
+
+def run(workdir: str) -> list[Measure]:
+    node = Node(os.path.join(workdir, "delays"))
+    node.start()
+    try:
+        out = due_together(node.address) + held(node)
+    finally:
+        node.stop(signal.SIGTERM)
+    for m in out:
+        print(m.line(), flush=True)
+    return out
