@@ -16,7 +16,7 @@ import time
 import grpc
 import pytest
 
-from msgstore.client import Client, StoreError
+from msgstore.client import Client, QueueRef, StoreError
 from tests.support.servers import ROOT, wait_until
 
 
@@ -72,7 +72,6 @@ def test_after_the_maximum_deliveries_it_is_a_dead_letter(c, server):
     c.nack("g", "work", second[0])
     wait_until(lambda: "%DLQ%g" in c.topics(), timeout=15, what="the DLQ topic")
     route = c.route("%DLQ%g", refresh=True)
-    from msgstore.client import QueueRef
 
     def dead() -> list:
         return c.pull("%DLQ%g", QueueRef(route.nodes[0].name, route.nodes[0].address, 0), 0).messages
@@ -192,3 +191,44 @@ def test_the_cli_receives_acks_and_resends_dead_letters(server, c):
     assert json.loads(cli("dlq", "cli", "--resend").stdout) == []  # resent once only
     assert len(json.loads(cli("dlq", "cli").stdout)) == 1  # and still listed
     assert len(json.loads(cli("receive", "cli", "work", "--invisible", "30s").stdout)) == 0
+
+
+def test_a_message_that_cannot_come_back_blocks_no_other(c):
+    """A retry adds properties; one whose properties then exceed the limit is dropped (and
+    says so in the log), and every other delivery still comes back."""
+    c.update_group("g", backoff=[0.1])
+    assert c.send("work", b"huge", properties={"p": "x" * 32_700}, visible=True).ok
+    assert c.send("work", b"small", visible=True).ok
+    assert len(c.receive("g", "work", 10, invisible=0.2)) == 2
+    back: list = []
+    wait_until(lambda: back.extend(c.receive("g", "work", 10, invisible=30)) or back, timeout=15, what="the small message back")
+    assert [r.body for r in back] == [b"small"] and back[0].attempt == 2
+
+
+def test_every_queue_gets_its_turn(c):
+    first = c.route("work").nodes[0]
+    for q in range(2):
+        for i in range(10):
+            c.send("work", b"q%d-%d" % (q, i), queue=QueueRef(first.name, first.address, q), visible=True)
+    got = [r for _ in range(3) for r in c.receive("g", "work", 4, invisible=30)]
+    assert {r.queue.queue_id for r in got} == {0, 1}
+
+
+def test_groups_whose_retry_topics_share_a_name_get_only_their_own_retries(c):
+    """%RETRY%a_b_c is group a_b's retry topic for topic c, and group a's for topic b_c."""
+    c.create_topic("c", 1)
+    c.create_topic("b_c", 1)
+    for group, topic in (("a_b", "c"), ("a", "b_c")):
+        c.update_group(group, backoff=[0.1])
+        assert c.send(topic, f"{group}:{topic}".encode(), visible=True).ok
+        assert len(c.receive(group, topic, 5, invisible=0.2)) == 1
+    for group, topic in (("a_b", "c"), ("a", "b_c")):
+        back: list = []
+        wait_until(lambda g=group, t=topic, b=back: b.extend(c.receive(g, t, 5, invisible=30)) or b, timeout=15, what=f"{group}'s retry")
+        assert [r.body for r in back] == [f"{group}:{topic}".encode()]
+
+
+def test_a_group_whose_retry_topic_name_would_be_too_long_is_invalid_argument(c):
+    with pytest.raises(StoreError) as e:
+        c.receive("g" * 124, "work")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and e.value.details.startswith("group")

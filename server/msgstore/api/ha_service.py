@@ -86,13 +86,16 @@ class ReplicationPlane:
     async def GetMetadata(self, request, context) -> hpb.Metadata:
         if not self.server.ready.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the store is not serving yet")
+        # in this order: the broker's progress, the offsets (receives move them after their
+        # checkpoints), then the log end; a follower takes the offsets once its copy holds that end
+        broker_state = self.server.broker.followed_state() if self.server.broker is not None else {}
         snap = self.server.store.metadata_snapshot()
         return hpb.Metadata(
             topics_json=snap["topics"],
             consumer_offsets_json=snap["offsets"],
             subscription_groups_json=snap["groups"],
             master_end=self.server.store.commitlog.max_offset,
-            broker_state=self.server.broker.followed_state() if self.server.broker is not None else {},
+            broker_state=broker_state,
         )
 
 

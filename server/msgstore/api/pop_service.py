@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from ..broker.pop import Delivery, PopUnavailable, ReceiptExpired, retry_topic
+from ..broker.pop import Delivery, PopUnavailable, ReceiptExpired, dlq_topic, retry_topic
 from ..broker.retry_policy import DEFAULT_NEXT, RetryPolicy
+from ..record import codec
 from ..record.receipt import Receipt
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
@@ -71,6 +72,10 @@ class PopHandlers:
         invisible = request.invisible_ms or DEFAULT_INVISIBLE_MS
         v.check_range(invisible, "invisible_ms", 1, MAX_INVISIBLE_MS)
         wait_ms = v.check_range(request.wait_ms, "wait_ms", 0, 60_000)
+        for made in (retry_topic(group, topic), dlq_topic(group)):
+            err = codec.topic_error(made)
+            if err:
+                raise v.InvalidArgument("group", f"with topic {topic} it names {made[:40]}...: {err}")
         await self._pop_master(context)
         server = self.server
         pop = server.broker.pop  # type: ignore[union-attr]
@@ -114,7 +119,10 @@ class PopHandlers:
         group = v.check_group(request.group)
         topic = v.check_topic(request.topic)
         v.check_range(request.invisible_ms, "invisible_ms", 0, MAX_INVISIBLE_MS)
-        (receipt,) = self._receipts([request.receipt_handle], group, topic)
+        try:
+            (receipt,) = self._receipts([request.receipt_handle], group, topic)
+        except v.InvalidArgument as e:
+            raise v.InvalidArgument("receipt_handle", str(e).split(": ", 1)[1]) from None
         await self._pop_master(context)
         broker = self.server.broker
         assert broker is not None
@@ -132,12 +140,19 @@ class PopHandlers:
 
     async def UpdateGroup(self, request: pb.UpdateGroupRequest, context) -> pb.UpdateGroupResponse:
         group = v.check_group(request.group)
-        v.check_range(request.max_deliveries, "max_deliveries", 0, 1000)
+        v.check_range(request.max_deliveries, "max_deliveries", 0, 1001)
         for i, ms in enumerate(request.backoff_ms):
             v.check_range(ms, f"backoff_ms[{i}]", 0, MAX_INVISIBLE_MS)
         if request.exponential_initial_ms:
+            if request.backoff_ms:
+                raise v.InvalidArgument("backoff_ms", "give backoff_ms or the exponential_* fields, not both")
             v.check_range(request.exponential_initial_ms, "exponential_initial_ms", 1, MAX_INVISIBLE_MS)
-            v.check_range(request.exponential_max_ms or request.exponential_initial_ms, "exponential_max_ms", 1, MAX_INVISIBLE_MS)
+            v.check_range(
+                request.exponential_max_ms or request.exponential_initial_ms,
+                "exponential_max_ms",
+                request.exponential_initial_ms,
+                MAX_INVISIBLE_MS,
+            )
             if request.exponential_multiplier and not 1.0 <= request.exponential_multiplier <= 100.0:
                 raise v.InvalidArgument("exponential_multiplier", f"must be between 1 and 100, got {request.exponential_multiplier}")
         await self._pop_master(context)

@@ -35,10 +35,10 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
     """Move every message that asks for a delay to its system topic (in place); the recall
     handles of timer messages by entry index. Raises InvalidArgument naming the field."""
     handles: dict[int, str] = {}
-    broker = server.broker
     for i, m in enumerate(msgs):
         if not Scheduler.wants(m):
             continue
+        broker = server.broker
         if broker is None:
             raise v.InvalidArgument(f"entries[{i}].properties", "delayed delivery is not running on this node yet")
         if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
@@ -51,6 +51,7 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
         except DelayRefused as e:
             field = f"entries[{i}].topic" if e.field == "topic" else f"entries[{i}].properties[{e.field!r}]"
             raise v.InvalidArgument(field, e.reason) from None
+        broker.ensure_topic_for(msgs[i].topic)
         if handle is not None:
             handles[i] = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode()
     return handles

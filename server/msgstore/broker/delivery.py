@@ -14,6 +14,14 @@ from .system_topics import PROP_REAL_QID, PROP_REAL_TOPIC, SCHEDULING_PROPERTIES
 log = logging.getLogger(__name__)
 
 
+def ensure_topic(store: MessageStore, topic: str, queues: int) -> None:
+    """A system topic exists with at least ``queues`` queues (created on first use, so that a
+    node that never delays a message lists none of them)."""
+    tc = store.topics.get(topic)
+    if tc is None or tc.write_queue_nums < queues:
+        store.create_topic(topic, queues)
+
+
 def restored(stored: StoredMessage, extra: dict[str, str] | None = None) -> Message | None:
     """The message as its producer meant it, None when it names no real topic (not ours)."""
     props = stored.properties

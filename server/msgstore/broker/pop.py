@@ -33,14 +33,15 @@ from dataclasses import dataclass
 
 from ..record.codec import Message, StoredMessage
 from ..record.receipt import Receipt
-from ..store import GetStatus, MessageStore
+from ..store import GetStatus, MessageStore, PutStatus
 from ..store.layout import POP_CHECKPOINT
 from ..store.metadata import read_json, write_atomic
+from .delivery import ensure_topic
 from .progress import DoneOffsets
 from .retry_policy import RetryPolicy
 from .revive_log import Checkpoint, ack_record, parse
 from .scheduling import Scheduler
-from .system_topics import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, REVIVE_TOPIC
+from .system_topics import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, REVIVE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 BATCH = 256
+REVIVE_ROUND = 64  # checkpoints brought back per lock hold
+RETRY_S = 5  # a checkpoint that could not be brought back is tried again this much later
+PROP_RETRY_GROUP = "RETRY_GROUP"  # ours: the group a retry belongs to (its topic's name may be another group's too)
 
 
 def retry_topic(group: str, topic: str) -> str:
@@ -79,10 +83,23 @@ class Delivery:
 
 
 class PopService:
-    def __init__(self, store: MessageStore, scheduler: Scheduler, node: Callable[[], str]):
+    def __init__(
+        self,
+        store: MessageStore,
+        scheduler: Scheduler,
+        node: Callable[[], str],
+        may_write: Callable[[], bool] = lambda: True,
+        on_deadline: Callable[[], None] = lambda: None,
+    ):
+        """``may_write``: checked before every record (a master that may not acknowledge client
+        writes writes no checkpoint or ack either); ``on_deadline``: a delivery's time is now
+        earlier than any before (the revive loop looks again)."""
         self.store = store
         self.scheduler = scheduler
         self.node = node  # the replica group (or lone node) receipts name
+        self.may_write = may_write
+        self.on_deadline = on_deadline
+        self._turn = 0  # where the next receive starts among the queues (none starves)
         self.path = os.path.join(store.layout.config_dir, FILE)
         self.lock = threading.RLock()
         self.inflight: dict[int, Checkpoint] = {}  # revive-log offset → checkpoint not finished
@@ -108,11 +125,24 @@ class PopService:
             return json.dumps({"version": 1, "progress": self.done.encode()}, separators=(",", ":"))
 
     def persist(self) -> None:
+        state = self.state_if_dirty()
+        if state is not None:
+            self.write_state(state)
+
+    def state_if_dirty(self) -> str | None:
         with self.lock:
             if not self.dirty:
-                return
+                return None
             self.dirty = False
-        write_atomic(self.path, self.state_json().encode())
+            return self.state_json()
+
+    def write_state(self, state: str) -> None:
+        try:
+            write_atomic(self.path, state.encode())
+        except OSError:
+            with self.lock:
+                self.dirty = True
+            raise
 
     def _finish(self, offset: int) -> None:
         self.done.add(offset)
@@ -123,7 +153,9 @@ class PopService:
         cq = self.store.consume_queue(REVIVE_TOPIC, 0)
         if cq is None:
             return None
-        at = max(self.done.first_pending(), cq.min_offset)
+        with self.lock:
+            first = self.done.first_pending()
+        at = max(first, cq.min_offset)
         unit = cq.unit(at) if at < cq.max_offset else None
         lows = [unit[0]] if unit is not None else []
         with self.lock:
@@ -147,8 +179,9 @@ class PopService:
 
     def _write(self, records: list[Message]) -> int:
         """Append records to the revive log; the queue offset of the first."""
-        if self.store.topics.get(REVIVE_TOPIC) is None:
-            self.store.create_topic(REVIVE_TOPIC, 1)
+        if not self.may_write():
+            raise PopUnavailable("this master may not take writes now (fenced, without its lease or quorum, or learning its epoch)")
+        ensure_topic(self.store, REVIVE_TOPIC, 1)
         res = self.store.put_messages(REVIVE_TOPIC, 0, records)
         if not res.status.stored:
             raise PopUnavailable(f"{res.status.name} {res.reason}")
@@ -194,6 +227,13 @@ class PopService:
         if store.query_offset(ck.group, ck.topic, ck.queue_id) < end:
             store.commit_offset(ck.group, ck.topic, ck.queue_id, end, durable=False)
 
+    def _track(self, ck_off: int, ck: Checkpoint) -> None:
+        sooner = not self.heap or ck.deadline < self.heap[0][0]
+        self.inflight[ck_off] = ck
+        heapq.heappush(self.heap, (ck.deadline, ck_off))
+        if sooner:
+            self.on_deadline()
+
     def _acked(self, ck_off: int, offset: int) -> None:
         ck = self.inflight.get(ck_off)
         if ck is None:
@@ -211,12 +251,16 @@ class PopService:
         """Up to ``max_messages`` for ``group`` from ``topic`` (retries first), invisible to
         the group until ``now_ms + invisible_ms``. Raises PopUnavailable."""
         store = self.store
+        self.take_new()  # (after a restart or promotion: the log's checkpoints first, and the positions they repair)
         self.store.groups.ensure(group)
-        queues = [(retry_topic(group, topic), 0)] + [(topic, q) for q in store.queues_of(topic)]
+        retry = retry_topic(group, topic)
+        queues = [(topic, q) for q in store.queues_of(topic)] + [(retry, 0)]
         deadline = now_ms + invisible_ms
         out: list[Delivery] = []
         with self.lock:
-            for t, q in queues:
+            self._turn += 1
+            turn = self._turn % len(queues)
+            for t, q in queues[turn:] + queues[:turn]:
                 if len(out) >= max_messages:
                     break
                 if store.consume_queue(t, q) is None:
@@ -231,17 +275,20 @@ class PopService:
                     next_offset = res.next_offset
                 finally:
                     res.release()
+                if t == retry:  # a retry topic's name can be another group's too: only this group's, of this topic
+                    got = [
+                        m for m in got if m.properties.get(PROP_RETRY_TOPIC) == topic and m.properties.get(PROP_RETRY_GROUP, group) == group
+                    ]
                 if got:
                     offsets = [m.queue_offset for m in got]
                     ck = Checkpoint(group, t, q, offsets, deadline, set(offsets))
                     ck_off = self._write([ck.record()])
-                    self.inflight[ck_off] = ck
-                    heapq.heappush(self.heap, (deadline, ck_off))
+                    self._track(ck_off, ck)
                     node = self.node()
                     for m in got:
                         attempt = m.reconsume_times + 1
                         r = Receipt(group, t, q, m.queue_offset, ck_off, attempt, node).encode()
-                        out.append(Delivery(m, m.properties.get(PROP_RETRY_TOPIC, t) if t != topic else t, attempt, r, deadline))
+                        out.append(Delivery(m, topic, attempt, r, deadline))
                 if next_offset > start:  # past what it returned, and past what the tag filter skipped
                     store.commit_offset(group, t, q, next_offset, durable=False)
         return out
@@ -285,8 +332,7 @@ class PopService:
             first = self._write([ack_record([(receipt.checkpoint, receipt.offset)]), ck.record()])
             self._acked(receipt.checkpoint, receipt.offset)
             ck_off = first + 1
-            self.inflight[ck_off] = ck
-            heapq.heappush(self.heap, (deadline, ck_off))
+            self._track(ck_off, ck)
             return Receipt(old.group, old.topic, old.queue_id, receipt.offset, ck_off, receipt.attempt, self.node()).encode(), deadline
 
     # ------------------------------------------------------------------ revive
@@ -294,17 +340,26 @@ class PopService:
     def run_due(self, now_ms: int) -> int | None:
         """Bring back what is due; ms until the next checkpoint's time (None: none)."""
         self.take_new()
-        with self.lock:
-            while self.heap and self.heap[0][0] <= now_ms:
+        for _ in range(REVIVE_ROUND):  # a round at a time: receives and acks take the lock in between
+            with self.lock:
+                if not self.heap or self.heap[0][0] > now_ms:
+                    break
                 deadline, ck_off = heapq.heappop(self.heap)
                 ck = self.inflight.get(ck_off)
                 if ck is None:
                     continue
-                if not self._revive(ck, now_ms):
-                    heapq.heappush(self.heap, (deadline, ck_off))
-                    return 1000
+                try:
+                    revived = self._revive(ck, now_ms)
+                except Exception:
+                    log.exception("group %s: bringing back %s/%d failed; trying again in %d s", ck.group, ck.topic, ck.queue_id, RETRY_S)
+                    revived = False
+                if not revived:  # later, behind the others due now: one that cannot be put never blocks the rest
+                    ck.deadline = now_ms + RETRY_S * 1000
+                    heapq.heappush(self.heap, (ck.deadline, ck_off))
+                    continue
                 del self.inflight[ck_off]
                 self._finish(ck_off)
+        with self.lock:
             return max(0, self.heap[0][0] - now_ms) if self.heap else None
 
     def _revive(self, ck: Checkpoint, now_ms: int) -> bool:
@@ -324,22 +379,33 @@ class PopService:
                 continue
             m = got[0]
             deliveries = m.reconsume_times + 1
-            original = m.properties.get(PROP_RETRY_TOPIC, ck.topic)
+            original = m.properties.get(PROP_RETRY_TOPIC, ck.topic) if ck.topic.startswith("%RETRY%") else ck.topic
             origin_id = m.properties.get(PROP_ORIGIN_MESSAGE_ID) or m.properties.get(PROP_UNIQ_KEY) or m.msg_id
             props = {k: v for k, v in m.properties.items() if k not in (PROP_TIMER_DELAY_MS, "TIMER_OUT_MS")}
-            props.update({PROP_RETRY_TOPIC: original, PROP_ORIGIN_MESSAGE_ID: origin_id})
+            props.update({PROP_RETRY_TOPIC: original, PROP_ORIGIN_MESSAGE_ID: origin_id, PROP_RETRY_GROUP: ck.group})
             if deliveries >= policy.max_deliveries:
                 target = dlq_topic(ck.group)
                 props.update({PROP_DLQ_ORIGIN_TOPIC: original, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id})
             else:
                 target = retry_topic(ck.group, original)
-                props[PROP_TIMER_DELAY_MS] = str(policy.backoff_ms(deliveries))
-            if store.topics.get(target) is None:
-                store.create_topic(target, 1)
+                props[PROP_TIMER_DELAY_MS] = str(min(policy.backoff_ms(deliveries), store.config.timerMaxDelaySec * 1000))
+            ensure_topic(store, target, 1)
             msg = Message(target, bytes(m.body), 0, m.flag, props, m.born_timestamp, m.born_host, reconsume_times=deliveries)
             if target != dlq_topic(ck.group):
                 msg, _ = self.scheduler.prepare(msg)
+                ensure_topic(store, TIMER_TOPIC, 1)
             res_put = store.put_messages(msg.topic, msg.queue_id, [msg])
+            if res_put.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+                log.error(
+                    "group %s: message %s of %s cannot come back (%s: %s) and is dropped",
+                    ck.group,
+                    origin_id,
+                    original,
+                    res_put.status.name,
+                    res_put.reason,
+                )
+                ck.pending.discard(off)
+                continue
             if not res_put.status.stored:
                 log.warning("group %s: bringing back %s/%d offset %d waits: %s", ck.group, ck.topic, ck.queue_id, off, res_put.reason)
                 return False

@@ -2,10 +2,11 @@
 consumer group gets before a message is set aside (RocketMQ 5's group retry policy, kept in the
 group's entry of ``subscriptionGroup.json``):
 
-- ``retryMaxTimes`` (16): deliveries at most; the message then goes to ``%DLQ%<group>``.
+- ``retryMaxTimes`` (16): redeliveries at most, so 17 deliveries in all (RocketMQ's proxy:
+  maxDeliveryAttempts = retryMaxTimes + 1); the message then goes to ``%DLQ%<group>``.
 - ``groupRetryPolicy``: ``{"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [ms, ...]}}``
-  (the wait before delivery k+1 is next[k-1], the last repeating; the default is RocketMQ's
-  ``1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h``) or
+  (the wait after delivery k is next[k-1], the last repeating; the default is RocketMQ's retry
+  levels from 10 s: ``10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h``) or
   ``{"type": "EXPONENTIAL", "exponentialRetryPolicy": {"initial": ms, "max": ms, "multiplier": m}}``.
 """
 
@@ -14,29 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_NEXT: tuple[int, ...] = (
-    1_000,
-    5_000,
-    10_000,
-    30_000,
-    60_000,
-    120_000,
-    180_000,
-    240_000,
-    300_000,
-    360_000,
-    420_000,
-    480_000,
-    540_000,
-    600_000,
-)
-DEFAULT_NEXT += (1_200_000, 1_800_000, 3_600_000, 7_200_000)
+DEFAULT_NEXT: tuple[int, ...] = (10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000, 480_000, 540_000)
+DEFAULT_NEXT += (600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000)
 DEFAULT_MAX = 16
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_deliveries: int = DEFAULT_MAX
+    max_deliveries: int = DEFAULT_MAX + 1
     next_ms: tuple[int, ...] = DEFAULT_NEXT  # customized
     initial_ms: int = 0  # exponential when > 0
     max_ms: int = 0
@@ -46,14 +32,15 @@ class RetryPolicy:
         """The wait before the message comes back after its ``deliveries``-th delivery."""
         k = max(1, deliveries)
         if self.initial_ms > 0:
-            return int(min(self.max_ms or self.initial_ms, self.initial_ms * self.multiplier ** (k - 1)))
+            cap = self.max_ms or self.initial_ms
+            return int(min(cap, self.initial_ms * self.multiplier ** min(k - 1, 64)))
         return self.next_ms[min(k, len(self.next_ms)) - 1]
 
     @classmethod
     def of_group(cls, entry: dict[str, Any] | None) -> RetryPolicy:
         if not entry:
             return cls()
-        max_deliveries = int(entry.get("retryMaxTimes", DEFAULT_MAX))
+        max_deliveries = int(entry.get("retryMaxTimes", DEFAULT_MAX)) + 1
         policy = entry.get("groupRetryPolicy") or {}
         if policy.get("type") == "EXPONENTIAL":
             e = policy.get("exponentialRetryPolicy") or {}
@@ -71,4 +58,4 @@ class RetryPolicy:
             }
         else:
             policy = {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": list(self.next_ms)}}
-        return {"retryMaxTimes": self.max_deliveries, "groupRetryPolicy": policy}
+        return {"retryMaxTimes": self.max_deliveries - 1, "groupRetryPolicy": policy}

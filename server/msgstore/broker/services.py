@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ..record.recall_handle import RecallHandle
@@ -17,10 +18,11 @@ from ..store import MessageStore, PutResult
 from ..store.layout import BROKER_STATE_END
 from .delay_levels import FILE as DELAY_OFFSET_FILE
 from .delay_levels import DelayLevelService
+from .delivery import ensure_topic
 from .pop import FILE as POP_FILE
 from .pop import PopService
 from .scheduling import Scheduler
-from .system_topics import SCHEDULE_TOPIC, SYSTEM_TOPICS, TIMER_TOPIC
+from .system_topics import SCHEDULE_TOPIC, TIMER_TOPIC
 from .timer import FILE as TIMER_CHECK_FILE
 from .timer import TimerService
 
@@ -49,7 +51,8 @@ class BrokerServices:
         self.scheduler = Scheduler(lambda: store.config, store.clock.now_ms)
         self.levels = DelayLevelService(store, lambda: store.config)
         self.timer = TimerService(store)
-        self.pop = PopService(store, self.scheduler, node)
+        self.pop = PopService(store, self.scheduler, node, may_write, self.wakeup)
+        self._persisted_at = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -59,7 +62,6 @@ class BrokerServices:
     # ------------------------------------------------------------------ life cycle
 
     def start(self) -> BrokerServices:
-        self._ensure_topics()
         self.store.add_arrival_listener(self._arrived)
         self.store.add_retention_holder(self.lowest_pending_phy)
         self._thread = threading.Thread(target=self._run, name="broker-services", daemon=True)
@@ -83,15 +85,15 @@ class BrokerServices:
         """Delivering and bringing back messages: the group's master, its state loaded."""
         return self._active
 
-    def _ensure_topics(self) -> None:
-        levels = len(self.store.config.delay_levels_ms)
-        for topic, queues in ((SCHEDULE_TOPIC, levels), (TIMER_TOPIC, 1)):
-            tc = self.store.topics.get(topic)
-            if tc is None or tc.write_queue_nums < queues:
-                self.store.create_topic(topic, queues)
+    def ensure_topic_for(self, topic: str) -> None:
+        """Before a delayed message is stored in ``topic`` (a system topic made on first use)."""
+        if topic == SCHEDULE_TOPIC:
+            ensure_topic(self.store, SCHEDULE_TOPIC, len(self.store.config.delay_levels_ms))
+        elif topic == TIMER_TOPIC:
+            ensure_topic(self.store, TIMER_TOPIC, 1)
 
     def _arrived(self, topic: str, _queue_id: int, _max_offset: int) -> None:
-        if topic in SYSTEM_TOPICS:
+        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):  # (the revive log's deadlines are known when written)
             self._wake.set()
 
     # ------------------------------------------------------------------ the loop
@@ -106,6 +108,7 @@ class BrokerServices:
                         self.levels.load()
                         self.timer.load()
                         self.pop.load()
+                        self.pop.take_new()  # in flight again, positions repaired: before any receive or ack is served
                         self._active = True
                         log.info("delay levels and timer deliver on this node (its group's master)")
                     if self.may_write():
@@ -117,7 +120,8 @@ class BrokerServices:
                             wait_s = min(wait_s, max(0.0, min(waits) / 1000))
                     else:
                         wait_s = 0.2  # fenced, learning, without quorum or lease: look again soon
-                    self._persist()
+                    if time.monotonic() - self._persisted_at >= PERSIST_S:
+                        self._persist()
                 elif self._active:
                     self._persist()
                     self._active = False
@@ -130,11 +134,16 @@ class BrokerServices:
             self._wake.clear()
 
     def _persist(self) -> None:
+        self._persisted_at = time.monotonic()
         try:
             self.levels.persist()
             self.timer.persist()
-            self.store.offsets.persist_if_dirty()  # receive positions on disk before the progress that passes their checkpoints
-            self.pop.persist()
+            # pop's progress as it is now, then the receive positions (every checkpoint it counts
+            # done had moved its position before), then the progress: never one past its positions
+            pop_state = self.pop.state_if_dirty()
+            self.store.offsets.persist_if_dirty()
+            if pop_state is not None:
+                self.pop.write_state(pop_state)
         except OSError as e:
             log.warning("could not save delay progress: %s", e)
 

@@ -28,7 +28,7 @@ from ..record.recall_handle import RecallHandle
 from ..store import GetStatus, MessageStore, PutResult, PutStatus
 from ..store.layout import TIMER_CHECK
 from ..store.metadata import read_json, write_atomic
-from .delivery import deliver, restored
+from .delivery import deliver, ensure_topic, restored
 from .progress import DoneOffsets
 from .system_topics import (
     PROP_REAL_QID,
@@ -242,6 +242,7 @@ class TimerService:
                     PROP_REAL_QID: "0",
                 },
             )
+            ensure_topic(self.store, TIMER_TOPIC, 1)
             res = self.store.put_messages(TIMER_TOPIC, 0, [marker])
             if not res.status.stored:
                 self.recalled.pop(handle.uniq_key, None)

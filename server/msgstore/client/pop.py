@@ -136,8 +136,8 @@ class PopCalls:
         backoff: Sequence[float] = (),
         exponential: tuple[float, float, float] | None = None,
     ) -> None:
-        """A group's retry policy on every node: ``max_deliveries`` before the DLQ (RocketMQ's
-        retryMaxTimes, 16), and the backoff: seconds after delivery k (``backoff[k-1]``, the
+        """A group's retry policy on every node: ``max_deliveries`` before the DLQ (the first
+        included: RocketMQ's retryMaxTimes + 1, 17 by default), and the backoff: seconds after delivery k (``backoff[k-1]``, the
         last repeating) or ``exponential=(initial, max, multiplier)`` seconds."""
         req = pb.UpdateGroupRequest(group=group, max_deliveries=max_deliveries, backoff_ms=[round(s * 1000) for s in backoff])
         if exponential is not None:

@@ -37,7 +37,10 @@ def identity(dirs: list[str]) -> str:
         return ""
     parts = [f"boot={boot}"]
     for d in dirs:
-        st = os.stat(d)
+        try:
+            st = os.stat(d)
+        except OSError:  # (not made yet: nothing of a run to trust)
+            return ""
         parts.append(f"{st.st_dev}:{st.st_ino}")
     return " ".join(parts)
 
