@@ -6,6 +6,7 @@ CLI's receive, ack and dlq."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -232,3 +233,28 @@ def test_a_group_whose_retry_topic_name_would_be_too_long_is_invalid_argument(c)
     with pytest.raises(StoreError) as e:
         c.receive("g" * 124, "work")
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and e.value.details.startswith("group")
+
+
+def test_the_asyncio_client_receives_acks_nacks_and_delays(c, server):
+    from msgstore.client import AsyncClient
+
+    async def scenario() -> tuple[list, list, int]:
+        ac = AsyncClient(server.address, timeout=10)
+        try:
+            await ac.update_group("ag", backoff=[0.1])
+            sent = await ac.send("work", b"later", delay=0.3)
+            assert sent.recall_handle
+            t0 = time.monotonic()
+            first = await ac.receive("ag", "work", 5, wait=30)  # long polling: woken when the timer delivers it
+            assert time.monotonic() - t0 < 15, "the long poll was not woken by the arrival"
+            await ac.nack("ag", "work", first[0])
+            again: list = []
+            while not again:
+                again = await ac.receive("ag", "work", 5, wait=5)
+            errors = await ac.ack("ag", "work", again)
+            return first, again, len([e for e in errors if e])
+        finally:
+            await ac.close()
+
+    first, again, failed = asyncio.run(scenario())
+    assert [r.body for r in first] == [b"later"] and [(r.body, r.attempt) for r in again] == [(b"later", 2)] and failed == 0

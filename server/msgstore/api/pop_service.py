@@ -82,7 +82,8 @@ class PopHandlers:
         store = server.store
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + wait_ms / 1000
-        queues = [(topic, q) for q in store.queues_of(topic)] + [(retry_topic(group, topic), 0)]
+        # every queue the topic has (a queue gets its consume queue with its first message)
+        queues = [(topic, q) for q in range(server.queue_count(topic))] + [(retry_topic(group, topic), 0)]
         while True:
             futures = [(t, q, server.waiters.register(t, q)) for t, q in queues] if wait_ms else []  # before the look
             try:

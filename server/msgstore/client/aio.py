@@ -27,11 +27,12 @@ from .client import (
 )
 from .connection import Security, aio_channel, split_endpoints
 from .delays import delay_properties
+from .pop import AsyncPopCalls
 from .routing import PROBE_TIMEOUT_S, REROUTE, KeyQueueDown, QueueRef, Route, Suspects, known_addresses, nodes_of, on_master, replicated
 from .stream import AsyncSendStream
 
 
-class AsyncClient:
+class AsyncClient(AsyncPopCalls):
     def __init__(
         self,
         endpoints: str | list[str],

@@ -139,10 +139,76 @@ class PopCalls:
         """A group's retry policy on every node: ``max_deliveries`` before the DLQ (the first
         included: RocketMQ's retryMaxTimes + 1, 17 by default), and the backoff: seconds after delivery k (``backoff[k-1]``, the
         last repeating) or ``exponential=(initial, max, multiplier)`` seconds."""
-        req = pb.UpdateGroupRequest(group=group, max_deliveries=max_deliveries, backoff_ms=[round(s * 1000) for s in backoff])
-        if exponential is not None:
-            req.exponential_initial_ms = round(exponential[0] * 1000)
-            req.exponential_max_ms = round(exponential[1] * 1000)
-            req.exponential_multiplier = exponential[2]
+        req = _update_group_request(group, max_deliveries, backoff, exponential)
         for node in self.route("", refresh=True).nodes:
             self._call(node.address, "UpdateGroup", req, node=node.name)
+
+
+def _update_group_request(group: str, max_deliveries: int, backoff: Sequence[float], exponential: tuple[float, float, float] | None):
+    req = pb.UpdateGroupRequest(group=group, max_deliveries=max_deliveries, backoff_ms=[round(s * 1000) for s in backoff])
+    if exponential is not None:
+        req.exponential_initial_ms = round(exponential[0] * 1000)
+        req.exponential_max_ms = round(exponential[1] * 1000)
+        req.exponential_multiplier = exponential[2]
+    return req
+
+
+class AsyncPopCalls:
+    """The same on asyncio, mixed into AsyncClient."""
+
+    async def receive(
+        self: Any, group: str, topic: str, max_messages: int = 32, *, invisible: float = 30.0, wait: float = 0.0, tags: str | None = None
+    ) -> list[Received]:
+        nodes = (await self.route(topic)).nodes or []
+        out: list[Received] = []
+        for i, node in enumerate(nodes):
+            if len(out) >= max_messages:
+                break
+            req = pb.ReceiveRequest(
+                group=group,
+                topic=topic,
+                max_messages=max_messages - len(out),
+                invisible_ms=max(1, round(invisible * 1000)),
+                wait_ms=round(wait * 1000) if i == len(nodes) - 1 and not out else 0,
+                tag_filter=tags or "",
+            )
+            queue = QueueRef(node.name, node.address, 0)
+            resp = await self._group_call(topic, queue, "Receive", req, reads=False, timeout=self.timeout + req.wait_ms / 1000)
+            out += [_received(r, node.name, node.address) for r in resp.messages]
+        return out
+
+    async def ack(self: Any, group: str, topic: str, receipts: Sequence[str | Received]) -> list[str]:
+        texts = [r.receipt if isinstance(r, Received) else r for r in receipts]
+        by_node: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            by_node.setdefault(_receipt(t).node, []).append(i)
+        errors = [""] * len(texts)
+        for idx in by_node.values():
+            r = _receipt(texts[idx[0]])
+            req = pb.AckRequest(group=group, topic=topic, receipt_handles=[texts[i] for i in idx])
+            resp = await self._group_call(r.topic, QueueRef(r.node, "", r.queue_id), "Ack", req, reads=False)
+            for i, res in zip(idx, resp.results):
+                errors[i] = "" if res.ok else res.error
+        return errors
+
+    async def change_invisible(self: Any, group: str, topic: str, receipt: str | Received, invisible: float) -> str:
+        text = receipt.receipt if isinstance(receipt, Received) else receipt
+        r = _receipt(text)
+        req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=max(0, round(invisible * 1000)))
+        resp = await self._group_call(r.topic, QueueRef(r.node, "", r.queue_id), "ChangeInvisible", req, reads=False)
+        return str(resp.receipt_handle)
+
+    async def nack(self: Any, group: str, topic: str, receipt: str | Received) -> None:
+        await self.change_invisible(group, topic, receipt, 0)
+
+    async def update_group(
+        self: Any,
+        group: str,
+        *,
+        max_deliveries: int = 0,
+        backoff: Sequence[float] = (),
+        exponential: tuple[float, float, float] | None = None,
+    ) -> None:
+        req = _update_group_request(group, max_deliveries, backoff, exponential)
+        for node in (await self.route("", refresh=True)).nodes:
+            await self._call(node.address, "UpdateGroup", req, node=node.name)
