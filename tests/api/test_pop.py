@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -83,6 +84,11 @@ def test_after_the_maximum_deliveries_it_is_a_dead_letter(c, server):
     assert d.properties["DLQ_ORIGIN_MESSAGE_ID"]
     time.sleep(0.5)
     assert c.receive("g", "work", 5) == []  # set aside: not delivered again
+    (info,) = [info for _node, info in c.describe_groups("g")]
+    assert (info.inflight, info.dead_letters) == (0, 1)
+    assert not [q for q in info.queues if q.topic.startswith(("%RETRY%", "%DLQ%"))]  # counted, not listed
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    assert "msgstore_pop_dead_lettered_total 1.0" in scraped and "msgstore_pop_redelivered_total 1.0" in scraped
 
 
 def test_change_invisible_keeps_it_away_longer_and_retires_the_old_receipt(c):

@@ -26,6 +26,9 @@ def _members(registry: GroupRegistry, g: Group) -> list[pb.GroupMember]:
     ]
 
 
+SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_")  # summarised as counts, not listed queue by queue
+
+
 class GroupHandlers:
     """Mixed into the data plane: ``self.server`` (registry, node name) and ``self.store``."""
 
@@ -62,6 +65,19 @@ class GroupHandlers:
         self.server.groups.unregister(v.check_group(request.group), check_client_id(request.client_id))  # type: ignore[attr-defined]
         return pb.UnregisterResponse()
 
+    def _pop_counts(self, group: str, topics: set[str]) -> tuple[int, int, int]:
+        """(in flight, waiting in the group's retry topics, in its DLQ) on this node."""
+        store = self.store
+        broker = self.server.broker  # type: ignore[attr-defined]
+        inflight = broker.pop.inflight_counts().get(group, 0) if broker is not None and broker.active else 0
+        retrying = 0
+        for t in topics:
+            if t.startswith(f"%RETRY%{group}_"):
+                retrying += sum(p.lag for p in store.group_progress(group, t, [0]))  # type: ignore[attr-defined]
+        dlq = f"%DLQ%{group}"
+        dead = store.max_offset(dlq, 0) - store.min_offset(dlq, 0) if store.consume_queue(dlq, 0) is not None else 0  # type: ignore[attr-defined]
+        return inflight, retrying, dead
+
     async def DescribeGroups(self, request: pb.DescribeGroupsRequest, context) -> pb.DescribeGroupsResponse:
         await self._ready(context)  # type: ignore[attr-defined]
         wanted = v.check_group(request.group) if request.group else None
@@ -78,7 +94,8 @@ class GroupHandlers:
                 continue  # every member left and it never committed: forgotten
             topics = set(committed.get(name, ())) | {t for m in g.members.values() for t in m.topics}
             info = pb.GroupInfo(name=name, generation=g.generation, members=_members(registry, g))
-            for topic in sorted(topics):
+            info.inflight, info.retrying, info.dead_letters = self._pop_counts(name, topics)
+            for topic in sorted(t for t in topics if not t.startswith(SYSTEM_PREFIXES)):
                 queue_ids = range(self.server.queue_count(topic))  # type: ignore[attr-defined]
                 for p in store.group_progress(name, topic, queue_ids):  # type: ignore[attr-defined]
                     info.queues.add(

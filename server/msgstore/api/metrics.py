@@ -28,6 +28,10 @@ class Metrics:
         r.register(_StoreCollector(store_ref))
         self._server = None
 
+    def watch_broker(self, broker_ref) -> None:
+        """Gauges of the delay, timer and pop services (issue 22)."""
+        self.registry.register(_BrokerCollector(broker_ref))
+
     def serve(self, host: str, port: int):
         self._server = start_http_server(port, addr=host, registry=self.registry)
         return self._server
@@ -96,3 +100,38 @@ class _StoreCollector:
             for topic, n in held.items():
                 per_topic.add_metric([topic], n)
             yield per_topic
+
+
+class _BrokerCollector:
+    """Delayed messages pending and delivered, deliveries in flight per group, redeliveries and
+    dead letters: read at scrape time."""
+
+    def __init__(self, broker_ref):
+        self.broker_ref = broker_ref
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        broker = self.broker_ref()
+        if broker is None or not broker.active:
+            return
+        st = broker.stats()
+        pending = GaugeMetricFamily("msgstore_delayed_pending", "Delayed messages not yet due", labels=["kind"])
+        pending.add_metric(["level"], st["delay_pending"])
+        pending.add_metric(["timer"], st["timer_pending"])
+        yield pending
+        delivered = CounterMetricFamily("msgstore_delayed_delivered", "Delayed messages put on their topics", labels=["kind"])
+        delivered.add_metric(["level"], st["delay_delivered"])
+        delivered.add_metric(["timer"], st["timer_delivered"])
+        yield delivered
+        inflight = GaugeMetricFamily("msgstore_pop_inflight", "Received messages not yet acknowledged", labels=["group"])
+        for group, n in sorted(broker.pop.inflight_counts().items()):
+            inflight.add_metric([group], n)
+        yield inflight
+        c = CounterMetricFamily("msgstore_pop_redelivered", "Messages brought back for another delivery")
+        c.add_metric([], st["pop_revived"])
+        yield c
+        c = CounterMetricFamily("msgstore_pop_dead_lettered", "Messages set aside in a %DLQ% topic")
+        c.add_metric([], st["pop_dead_lettered"])
+        yield c

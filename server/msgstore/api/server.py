@@ -483,6 +483,8 @@ class StoreServer:
         if self.roles is not None:
             loop.create_task(self._follow_roles())
         self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_wrote, self._broker_delivers).start()
+        if self.metrics is not None:
+            self.metrics.watch_broker(weakref.ref(self.broker))
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)

@@ -14,7 +14,12 @@ def group_report(found) -> list[dict[str, Any]]:
     node knows them) and every queue with holder, committed offset, max offset and lag."""
     groups: dict[str, dict[str, Any]] = {}
     for node, info in found:
-        g = groups.setdefault(info.name, {"group": info.name, "members": {}, "queues": [], "lag": 0})
+        g = groups.setdefault(
+            info.name, {"group": info.name, "members": {}, "queues": [], "lag": 0, "inflight": 0, "retrying": 0, "dead_letters": 0}
+        )
+        g["inflight"] += info.inflight
+        g["retrying"] += info.retrying
+        g["dead_letters"] += info.dead_letters
         host_of = {m.client_id: m.host for m in info.members}
         for m in info.members:
             g["members"].setdefault(
@@ -74,8 +79,13 @@ def cmd_groups(args) -> int:
                             "host": m["host"],
                         }
                     )
-        if not rows:
+        if not rows and not any(g["inflight"] or g["retrying"] or g["dead_letters"] for g in report):
             print("no consumer groups" + (f" named {args.group}" if args.group else ""))
-        else:
+        elif rows:
             print(_table(rows, ["group", "topic", "node", "queue", "member", "host", "committed", "max", "lag"]))
+        for g in report:
+            if g["inflight"] or g["retrying"] or g["dead_letters"]:
+                print(
+                    f"{g['group']}: {g['inflight']} in flight, {g['retrying']} waiting to be redelivered, {g['dead_letters']} dead letters"
+                )
     return partial(skipped, "its queues are not listed")

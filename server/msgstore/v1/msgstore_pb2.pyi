@@ -617,16 +617,22 @@ class GroupQueue(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., holder: _Optional[str] = ..., committed: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
 
 class GroupInfo(_message.Message):
-    __slots__ = ("name", "generation", "members", "queues")
+    __slots__ = ("name", "generation", "members", "queues", "inflight", "retrying", "dead_letters")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     generation: int
     members: _containers.RepeatedCompositeFieldContainer[GroupMember]
     queues: _containers.RepeatedCompositeFieldContainer[GroupQueue]
-    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[GroupQueue, _Mapping]]] = ...) -> None: ...
+    inflight: int
+    retrying: int
+    dead_letters: int
+    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[GroupQueue, _Mapping]]] = ..., inflight: _Optional[int] = ..., retrying: _Optional[int] = ..., dead_letters: _Optional[int] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups", "node")
