@@ -385,3 +385,22 @@ def test_a_state_save_that_raced_with_a_drop_is_not_written(tmp_path, monkeypatc
         assert not os.path.exists(path_in(os.path.join(root, "consumequeue")))
     finally:
         store.shutdown()
+
+
+def test_a_crash_right_after_a_clean_start_needs_no_check(tmp_path):
+    """A start that took the saved ends as they were (a clean stop's) names its run at once:
+    killed before its first save of its own, the next start still trusts them."""
+    root = str(tmp_path / "store")
+    store = MessageStore(root, SETTINGS).start()
+    for q in range(4):
+        assert store.put_messages("t", q, [Message("t", b"m%d" % q, queue_id=q)]).ok
+    store.shutdown()
+    store = MessageStore(root, {**SETTINGS, "queueStateInterval": 10**12}).start()
+    assert open(os.path.join(root, "abort")).read().startswith("boot=")
+    crash(store)
+    store = MessageStore(root, SETTINGS).start()
+    try:
+        assert store.recovery_report.mode == "abnormal" and store.recovery_report.queues_checked == 0
+        assert [read_all(store, "t", q) for q in range(4)] == [[b"m%d" % q] for q in range(4)]
+    finally:
+        store.shutdown()

@@ -245,8 +245,14 @@ class MessageStore:
                 self.recovery_report,
                 self.clock.now_ms,
             ).run(last_exit_ok, saved, page_cache_kept)
-            if not (saved is not None and saved.clean and last_exit_ok):
+            trusted = saved is not None and saved.clean and last_exit_ok
+            if not trusted:
                 self.queues.sync_file_system()  # queue files a crashed run created: on disk before a state names them
+            if saved is not None and (trusted or page_cache_kept):
+                # the saved ends were taken as they are, and the files agree with them (plus what
+                # re-dispatch writes again): a crash from here on may trust them at once
+                abort_file.stamp(self.abort_path, self._identity_dirs())
+                self._abort_stamped = True
             self._register_discovered_topics()
             self._start_services()
             self.state = "running"
