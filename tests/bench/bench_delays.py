@@ -5,6 +5,8 @@
   ``TIMER_OUT_MS`` it was due at).
 - A million timer messages due in an hour, held: the node's resident memory (not counting
   page cache: RssAnon) beyond what it used before they were sent (target ≤ 256 MiB).
+- One consumer receiving and acknowledging (32 at a time) against the same consumer pulling
+  and committing the same messages (target: ≥ 0.5x).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .common import Measure
 DUE_TOGETHER = int(os.environ.get("BENCH_DELAYS_TOGETHER", "10000"))
 HELD = int(os.environ.get("BENCH_DELAYS_HELD", "1000000"))
 BATCH = 500
+POP_MESSAGES = int(os.environ.get("BENCH_POP_MESSAGES", "20000"))
 
 
 def rss_anon_mib(pid: int) -> float:
@@ -99,11 +102,46 @@ def held(node: Node) -> list[Measure]:
     ]
 
 
+def receive_vs_pull(address: str) -> list[Measure]:
+    n = POP_MESSAGES
+    with Client(address, timeout=60) as c:
+        c.create_topic("popped", 1)
+        node = c.route("popped", refresh=True).nodes[0]
+        q = QueueRef(node.name, node.address, 0)
+        for start in range(0, n, BATCH):
+            assert all(r.ok for r in c.send_batch("popped", [OutMessage(b"y" * 100)] * min(BATCH, n - start), queue=q))
+        t = time.perf_counter()
+        offset = 0
+        while offset < n:
+            got = c.pull("popped", q, offset, max_messages=32)
+            offset = got.next_offset
+            c.commit("pull-group", "popped", q, offset)
+        pulled = n / (time.perf_counter() - t)
+        t = time.perf_counter()
+        done = 0
+        while done < n:
+            got = c.receive("pop-group", "popped", 32, invisible=60)
+            assert got, "receive ran dry"
+            assert not any(c.ack("pop-group", "popped", got))
+            done += len(got)
+        popped = n / (time.perf_counter() - t)
+    return [
+        Measure("delays: pull + commit, one consumer, 32 a time", "msg/s", [pulled]),
+        Measure(
+            "delays: receive + ack, one consumer, 32 a time",
+            "msg/s",
+            [popped],
+            "target ≥ 0.5x pull + commit",
+            extra={"ratio": popped / pulled},
+        ),
+    ]
+
+
 def run(workdir: str) -> list[Measure]:
     node = Node(os.path.join(workdir, "delays"))
     node.start()
     try:
-        out = due_together(node.address) + held(node)
+        out = due_together(node.address) + receive_vs_pull(node.address) + held(node)
     finally:
         node.stop(signal.SIGTERM)
     for m in out:

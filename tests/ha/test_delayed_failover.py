@@ -66,3 +66,33 @@ def test_a_follower_takes_the_masters_progress_only_once_it_holds_what_it_counts
     assert copy_broker_files(str(tmp_path), {**files, "elsewhere.json": "{}"}, log_end=5000)
     assert (tmp_path / "timercheck").read_text() == files["timercheck"]
     assert not os.path.exists(tmp_path / "elsewhere.json")  # only the files the layout names
+
+
+def test_deliveries_in_flight_come_back_on_the_promoted_follower_and_acked_ones_do_not(groups):
+    g = groups(2, master=SETTINGS, follower=SETTINGS)
+    old, new = g.members
+    c = g.client()
+    c.create_topic("jobs", 1)
+    c.update_group("workers", backoff=[0.1])
+    for i in range(10):
+        assert c.send("jobs", b"w%d" % i, visible=True).ok
+    got = c.receive("workers", "jobs", 10, invisible=2.0)
+    assert len(got) == 10
+    acked = got[:5]
+    assert c.ack("workers", "jobs", acked) == [""] * 5
+    caught_up(c, new, old)
+    time.sleep(2.5)  # the follower's once-a-second copies of positions and progress (no event to wait on)
+    old.kill()
+    wait_until(lambda: not role(c, new).connected, timeout=15, what="the follower to notice its master is gone")
+    assert c.admin(new.address).promote().role == "MASTER"
+    back: list = []
+    with Client(new.address, timeout=10) as on_new:
+        wait_until(
+            lambda: back.extend(on_new.receive("workers", "jobs", 10, invisible=30)) or len(back) >= 5,
+            timeout=30,
+            what="the deliveries in flight back on the new master",
+        )
+        time.sleep(0.5)  # an absence: nothing more comes
+        back += on_new.receive("workers", "jobs", 10, invisible=30)
+    assert sorted(r.body for r in back) == sorted(r.body for r in got[5:])
+    assert all(r.attempt == 2 for r in back)
