@@ -152,7 +152,7 @@ def promote(
             for name in heard:  # take the old master's majority away before there are two masters
                 quick.on(members[name]).set_role(candidate, out.epoch)
                 out.repointed.append(name)
-            _wait_unheard(quick, candidate, time.monotonic(), say)
+            _wait_unheard(quick, candidate, time.monotonic(), say, [cand, *heard.values()])
     out.mode = mode or ""
     out.status = slow.on(candidate).promote(out.epoch, out.mode)
     say(f"promoted {out.candidate} to master of {cand.group} at epoch {out.epoch} ({out.status.mode})")
@@ -230,14 +230,26 @@ def _check_forced_candidate(cand: apb.RoleStatus, heard: dict[str, apb.RoleStatu
         )
 
 
-def _wait_unheard(admins: _Admins, candidate: str, repointed_at: float, say: Callable[[str], None]) -> None:
+def _wait_unheard(
+    admins: _Admins, candidate: str, repointed_at: float, say: Callable[[str], None], seen: list[apb.RoleStatus] | None = None
+) -> None:
     """Until the old master has been without its majority for haKeepaliveTimeout: the members
     repointed at ``repointed_at`` stopped answering it then, and the candidate (still following
-    it until promoted) must not have heard from it for that long either."""
+    it until promoted) must not have heard from it for that long either.
+
+    No wait when every member (``seen``, their roles read before the repointing) had already
+    gone that long without a chunk from it: a report echoes the send time of the last chunk its
+    member received, so the old master (check-quorum) counted none of them for that long, and
+    repointed they send it nothing more (a master that was paused, or cut off both ways)."""
     try:
         keepalive = int(admins.on(candidate).config().get("haKeepaliveTimeout", "3000")) / 1000
     except (StoreError, ValueError):
         keepalive = 3.0
+    if seen and all(r.master_contact_age_s >= keepalive for r in seen):
+        r = _role(admins, candidate)
+        if r is not None and r.master_contact_age_s >= keepalive:
+            say(f"no member has heard from the old master for {keepalive:.1f} s (haKeepaliveTimeout): it has no majority left")
+            return
     deadline = repointed_at + keepalive * 3 + 5
     while time.monotonic() < deadline:
         r = _role(admins, candidate)
