@@ -173,6 +173,8 @@ class PopHandlers:
             else:
                 policy = replace(current, max_deliveries=most)
             entry.update(policy.as_entry())
+            if request.HasField("fifo"):
+                entry["consumeMessageOrderly"] = request.fifo
             groups.data_version += 1
             groups.changed()
         await asyncio.get_running_loop().run_in_executor(self.server.executor, groups.persist)

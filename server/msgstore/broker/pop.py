@@ -37,9 +37,10 @@ from ..store import GetStatus, MessageStore, PutStatus
 from ..store.layout import POP_CHECKPOINT
 from ..store.metadata import read_json, write_atomic
 from .delivery import ensure_topic
+from .fifo import FifoQueues, message_group
 from .progress import DoneOffsets
 from .retry_policy import RetryPolicy
-from .revive_log import Checkpoint, ack_record, parse
+from .revive_log import AckRecord, Checkpoint, ack_record, parse
 from .scheduling import Scheduler
 from .system_topics import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, REVIVE_TOPIC, TIMER_TOPIC
 
@@ -100,6 +101,7 @@ class PopService:
         self.may_write = may_write
         self.on_deadline = on_deadline
         self._turn = 0  # where the next receive starts among the queues (none starves)
+        self.fifo = FifoQueues(store)
         self.path = os.path.join(store.layout.config_dir, FILE)
         self.lock = threading.RLock()
         self.inflight: dict[int, Checkpoint] = {}  # revive-log offset → checkpoint not finished
@@ -117,6 +119,7 @@ class PopService:
         with self.lock:
             self.done = DoneOffsets.decode(doc.get("progress", {})) if isinstance(doc, dict) else DoneOffsets()
             self.inflight, self.heap = {}, []
+            self.fifo = FifoQueues(self.store)
             self.read_offset = self.done.below
             self.dirty = False
 
@@ -209,13 +212,17 @@ class PopService:
                     off = m.queue_offset
                     rec = parse(m.properties.get("TAGS"), bytes(m.body))
                     if isinstance(rec, Checkpoint):
-                        self._position_past(rec)
+                        if rec.fifo is None:
+                            self._position_past(rec)
                         if off not in self.done and off not in self.inflight:
                             self.inflight[off] = rec
                             heapq.heappush(self.heap, (rec.deadline, off))
+                            for o, (mg, n) in (rec.fifo or {}).items():
+                                self.fifo.delivered(rec.group, rec.topic, rec.queue_id, o, mg, n)
                         continue
-                    for ck_off, o in rec or []:
-                        self._acked(ck_off, o)
+                    if isinstance(rec, AckRecord):
+                        for ck_off, o in rec.acks:
+                            self._acked(ck_off, o, finished=not rec.moved)
                     self._finish(off)
                 self.read_offset = stored[-1].queue_offset + 1
 
@@ -234,10 +241,13 @@ class PopService:
         if sooner:
             self.on_deadline()
 
-    def _acked(self, ck_off: int, offset: int) -> None:
+    def _acked(self, ck_off: int, offset: int, finished: bool = True) -> None:
+        """``finished``: acknowledged (not moved to another checkpoint): a FIFO group's next may go."""
         ck = self.inflight.get(ck_off)
         if ck is None:
             return
+        if ck.fifo is not None and finished and offset in ck.pending:
+            self.fifo.finished(ck.group, ck.topic, ck.queue_id, offset)
         ck.pending.discard(offset)
         if not ck.pending:
             del self.inflight[ck_off]
@@ -253,9 +263,11 @@ class PopService:
         store = self.store
         self.take_new()  # (after a restart or promotion: the log's checkpoints first, and the positions they repair)
         self.store.groups.ensure(group)
+        deadline = now_ms + invisible_ms
+        if is_fifo(store.groups.groups.get(group)):
+            return self._receive_fifo(group, topic, max_messages, deadline, now_ms)
         retry = retry_topic(group, topic)
         queues = [(topic, q) for q in store.queues_of(topic)] + [(retry, 0)]
-        deadline = now_ms + invisible_ms
         out: list[Delivery] = []
         with self.lock:
             self._turn += 1
@@ -293,6 +305,37 @@ class PopService:
                     store.commit_offset(group, t, q, next_offset, durable=False)
         return out
 
+    def _receive_fifo(self, group: str, topic: str, max_messages: int, deadline: int, now_ms: int) -> list[Delivery]:
+        """A FIFO group: from each queue, messages of message groups with nothing in flight (fifo.py)."""
+        store = self.store
+        queues = store.queues_of(topic)
+        out: list[Delivery] = []
+        with self.lock:
+            self._turn += 1
+            turn = self._turn % max(1, len(queues))
+            for q in queues[turn:] + queues[:turn]:
+                if len(out) >= max_messages:
+                    break
+                picked = self.fifo.pick(group, topic, q, max_messages - len(out), now_ms)
+                if not picked:
+                    continue
+                offsets = [m.queue_offset for m, _n in picked]
+                fifo = {m.queue_offset: (message_group(m), n) for m, n in picked}
+                ck = Checkpoint(group, topic, q, offsets, deadline, set(offsets), fifo)
+                ck_off = self._write([ck.record()])
+                self._track(ck_off, ck)
+                node = self.node()
+                for m, n in picked:
+                    self.fifo.delivered(group, topic, q, m.queue_offset, message_group(m), n)
+                    r = Receipt(group, topic, q, m.queue_offset, ck_off, n, node).encode()
+                    out.append(Delivery(m, topic, n, r, deadline))
+        return out
+
+    def fifo_next_due(self, now_ms: int) -> int | None:
+        """ms until a lapsed FIFO message may be received again (a long poll waits no longer)."""
+        with self.lock:
+            return self.fifo.next_due(now_ms)
+
     # ------------------------------------------------------------------ ack and invisibility
 
     def _check(self, receipt: Receipt) -> Checkpoint:
@@ -328,9 +371,10 @@ class PopService:
         with self.lock:
             old = self._check(receipt)
             deadline = now_ms + invisible_ms
-            ck = Checkpoint(old.group, old.topic, old.queue_id, [receipt.offset], deadline, {receipt.offset})
-            first = self._write([ack_record([(receipt.checkpoint, receipt.offset)]), ck.record()])
-            self._acked(receipt.checkpoint, receipt.offset)
+            fifo = {receipt.offset: old.fifo[receipt.offset]} if old.fifo is not None and receipt.offset in old.fifo else None
+            ck = Checkpoint(old.group, old.topic, old.queue_id, [receipt.offset], deadline, {receipt.offset}, fifo)
+            first = self._write([ack_record([(receipt.checkpoint, receipt.offset)], moved=True), ck.record()])
+            self._acked(receipt.checkpoint, receipt.offset, finished=False)
             ck_off = first + 1
             self._track(ck_off, ck)
             return Receipt(old.group, old.topic, old.queue_id, receipt.offset, ck_off, receipt.attempt, self.node()).encode(), deadline
@@ -367,6 +411,8 @@ class PopService:
         the store refused (the checkpoint is tried again)."""
         store = self.store
         policy = RetryPolicy.of_group(store.groups.groups.get(ck.group))
+        if ck.fifo is not None:
+            return self._revive_fifo(ck, policy, now_ms)
         for off in sorted(ck.pending):
             res = store.get_message(None, ck.topic, ck.queue_id, off, max_msgs=1)
             try:
@@ -418,3 +464,48 @@ class PopService:
             else:
                 self.revived += 1
         return True
+
+    def _revive_fifo(self, ck: Checkpoint, policy: RetryPolicy, now_ms: int) -> bool:
+        """A FIFO delivery that lapsed comes back at its place after the backoff (nothing of its
+        group overtakes it), or, after its last delivery, goes to the DLQ and lets its group on."""
+        assert ck.fifo is not None
+        for off in sorted(ck.pending):
+            mg, deliveries = ck.fifo.get(off, ("", 1))
+            if deliveries < policy.max_deliveries:
+                self.fifo.lapsed(ck.group, ck.topic, ck.queue_id, off, now_ms + policy.backoff_ms(deliveries))
+                ck.pending.discard(off)
+                self.revived += 1
+                continue
+            res = self.store.get_message(None, ck.topic, ck.queue_id, off, max_msgs=1)
+            try:
+                got = res.messages() if res.status is GetStatus.FOUND else []
+            finally:
+                res.release()
+            if got and got[0].queue_offset == off:
+                m = got[0]
+                origin_id = m.properties.get(PROP_UNIQ_KEY) or m.msg_id
+                props = {**m.properties, PROP_DLQ_ORIGIN_TOPIC: ck.topic, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id}
+                target = dlq_topic(ck.group)
+                ensure_topic(self.store, target, 1)
+                put = self.store.put_messages(
+                    target, 0, [Message(target, bytes(m.body), 0, m.flag, props, m.born_timestamp, m.born_host, reconsume_times=deliveries)]
+                )
+                if not put.status.stored and put.status not in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+                    return False
+                self.dead_lettered += 1
+                log.warning(
+                    "FIFO group %s: message %s (message group %r) set aside in %s after %d deliveries",
+                    ck.group,
+                    origin_id,
+                    mg,
+                    target,
+                    deliveries,
+                )
+            self.fifo.finished(ck.group, ck.topic, ck.queue_id, off)
+            ck.pending.discard(off)
+        return True
+
+
+def is_fifo(entry: dict[str, object] | None) -> bool:
+    """A FIFO consumer group (RocketMQ's subscription group flag ``consumeMessageOrderly``)."""
+    return bool(entry and entry.get("consumeMessageOrderly"))

@@ -29,26 +29,39 @@ class Checkpoint:
     offsets: list[int]
     deadline: int
     pending: set[int] = field(default_factory=set)
+    fifo: dict[int, tuple[str, int]] | None = None  # a FIFO group's: offset → (message group, delivery number)
 
     def record(self) -> Message:
-        body = {"g": self.group, "t": self.topic, "q": self.queue_id, "o": self.offsets, "d": self.deadline}
+        body: dict[str, object] = {"g": self.group, "t": self.topic, "q": self.queue_id, "o": self.offsets, "d": self.deadline}
+        if self.fifo is not None:
+            body["f"] = [[o, mg, n] for o, (mg, n) in sorted(self.fifo.items())]
         return Message(REVIVE_TOPIC, json.dumps(body, separators=(",", ":")).encode(), 0, properties={PROP_KIND: "ck"})
 
 
-def ack_record(acks: list[tuple[int, int]]) -> Message:
-    """(checkpoint offset, message offset) pairs done."""
-    return Message(REVIVE_TOPIC, json.dumps({"a": acks}, separators=(",", ":")).encode(), 0, properties={PROP_KIND: "ack"})
+@dataclass
+class AckRecord:
+    acks: list[tuple[int, int]]  # (checkpoint offset, message offset)
+    moved: bool = False  # the deliveries moved to a new checkpoint (ChangeInvisible), not finished
 
 
-def parse(kind: str | None, body: bytes) -> Checkpoint | list[tuple[int, int]] | None:
-    """A checkpoint, the acks of an ack record, or None for a record that is neither."""
+def ack_record(acks: list[tuple[int, int]], moved: bool = False) -> Message:
+    """(checkpoint offset, message offset) pairs done with their checkpoints."""
+    body: dict[str, object] = {"a": acks}
+    if moved:
+        body["m"] = 1
+    return Message(REVIVE_TOPIC, json.dumps(body, separators=(",", ":")).encode(), 0, properties={PROP_KIND: "ack"})
+
+
+def parse(kind: str | None, body: bytes) -> Checkpoint | AckRecord | None:
+    """A checkpoint, an ack record, or None for a record that is neither."""
     try:
         doc = json.loads(body)
         if kind == "ck":
             offsets = [int(o) for o in doc["o"]]
-            return Checkpoint(str(doc["g"]), str(doc["t"]), int(doc["q"]), offsets, int(doc["d"]), set(offsets))
+            fifo = {int(o): (str(mg), int(n)) for o, mg, n in doc["f"]} if "f" in doc else None
+            return Checkpoint(str(doc["g"]), str(doc["t"]), int(doc["q"]), offsets, int(doc["d"]), set(offsets), fifo)
         if kind == "ack":
-            return [(int(ck), int(o)) for ck, o in doc["a"]]
+            return AckRecord([(int(ck), int(o)) for ck, o in doc["a"]], bool(doc.get("m")))
     except (ValueError, KeyError, TypeError):
         return None
     return None

@@ -14,7 +14,7 @@ from .common import MessagePrinter, format_ms, message_row, note, notice, open_c
 
 def cmd_send(args) -> int:
     from ..client import OutMessage
-    from ..client.delays import delay_properties
+    from ..client.delays import delay_properties, group_properties
 
     if args.file:
         with open(args.file, "rb") as f:
@@ -50,10 +50,14 @@ def cmd_send(args) -> int:
                     body,
                     keys=args.key,
                     tags=args.tags,
-                    properties={**props, **delay_properties(args.delay, args.deliver_at, args.delay_level)},
+                    properties={
+                        **props,
+                        **delay_properties(args.delay, args.deliver_at, args.delay_level),
+                        **group_properties(args.message_group),
+                    },
                 )
             ],
-            key=args.key[0] if args.key and queue is None else None,
+            key=(args.message_group or (args.key[0] if args.key else None)) if queue is None else None,
             queue=queue,
             wait_flush=False if args.no_wait_flush else None,
             visible=not args.no_wait_visible,

@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the key's queue is down, send to another queue (breaks the key's order) instead of failing",
     )
     s.add_argument("--allow-empty", action="store_true", help="send an empty body read from stdin")
+    s.add_argument(
+        "--message-group", metavar="GROUP", help="a FIFO message group: its messages share one queue and go one at a time to FIFO groups"
+    )
     later = s.add_mutually_exclusive_group()
     later.add_argument("--delay", type=_duration, metavar="DURATION", help="deliver it this long after it is stored (30s, 5m, 2h)")
     later.add_argument("--deliver-at", type=_when, metavar="TIME", help="deliver it at this time (ISO 8601, local without a zone)")

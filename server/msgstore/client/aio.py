@@ -26,7 +26,7 @@ from .client import (
     pull_result,
 )
 from .connection import Security, aio_channel, split_endpoints
-from .delays import delay_properties
+from .delays import delay_properties, group_properties
 from .pop import AsyncPopCalls
 from .routing import PROBE_TIMEOUT_S, REROUTE, KeyQueueDown, QueueRef, Route, Suspects, known_addresses, nodes_of, on_master, replicated
 from .stream import AsyncSendStream
@@ -121,12 +121,14 @@ class AsyncClient(AsyncPopCalls):
         delay: float | datetime.timedelta | None = None,
         deliver_at: float | datetime.datetime | None = None,
         delay_level: int | None = None,
+        message_group: str | None = None,
     ) -> SendResult:
         """As Client.send: ``delay``/``deliver_at``/``delay_level`` deliver it later."""
         if isinstance(body, str):
             body = body.encode()
-        msg = OutMessage(body, key, keys, tags, {**(properties or {}), **delay_properties(delay, deliver_at, delay_level)})
-        return (await self.send_batch(topic, [msg], key=key, visible=visible, reorder=reorder))[0]
+        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level), **group_properties(message_group)}
+        msg = OutMessage(body, key, keys, tags, props)
+        return (await self.send_batch(topic, [msg], key=message_group or key, visible=visible, reorder=reorder))[0]
 
     async def send_batch(
         self,

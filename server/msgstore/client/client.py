@@ -19,7 +19,7 @@ from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
 from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
-from .delays import delay_properties
+from .delays import delay_properties, group_properties
 from .errors import StoreError
 from .errors import error_from as _error
 from .pop import PopCalls
@@ -381,16 +381,20 @@ class Client(PopCalls):
         delay: float | datetime.timedelta | None = None,
         deliver_at: float | datetime.datetime | None = None,
         delay_level: int | None = None,
+        message_group: str | None = None,
     ) -> SendResult:
         """``delay`` (seconds or a timedelta, from when the node stores it), ``deliver_at``
         (epoch seconds or an aware datetime) or ``delay_level`` (RocketMQ 4's levels): the
         message is delivered to ``topic`` then; the result's ``recall_handle`` cancels a
-        ``delay``/``deliver_at`` message until its time (:meth:`recall`)."""
+        ``delay``/``deliver_at`` message until its time (:meth:`recall`). ``message_group``: a
+        FIFO message group (its messages share one queue; a FIFO consumer group receives them
+        one at a time, in order)."""
         if isinstance(body, str):
             body = body.encode()
-        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level)}
+        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level), **group_properties(message_group)}
         msg = OutMessage(body, key, keys, tags, props, uniq_key)
-        return self.send_batch(topic, [msg], key=key, queue=queue, wait_flush=wait_flush, visible=visible, reorder=reorder)[0]
+        route_key = message_group or key  # a message group's messages share one queue (their order)
+        return self.send_batch(topic, [msg], key=route_key, queue=queue, wait_flush=wait_flush, visible=visible, reorder=reorder)[0]
 
     def send_batch(
         self,

@@ -35,3 +35,13 @@ def delay_properties(
             raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"delay_level: must be >= 1, got {delay_level}")
         return {"DELAY": str(delay_level)}
     return {}
+
+
+def group_properties(message_group: str | None) -> dict[str, str]:
+    """A FIFO message's group (RocketMQ's ``__SHARDINGKEY``): a FIFO consumer group receives a
+    group's messages one at a time, in order; they all go to one queue."""
+    if message_group is None:
+        return {}
+    if not message_group or any(c in message_group for c in "\x01\x02"):
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"message_group: must be a non-empty text, got {message_group!r}")
+    return {"__SHARDINGKEY": message_group}

@@ -135,17 +135,23 @@ class PopCalls:
         max_deliveries: int = 0,
         backoff: Sequence[float] = (),
         exponential: tuple[float, float, float] | None = None,
+        fifo: bool | None = None,
     ) -> None:
         """A group's retry policy on every node: ``max_deliveries`` before the DLQ (the first
         included: RocketMQ's retryMaxTimes + 1, 17 by default), and the backoff: seconds after delivery k (``backoff[k-1]``, the
-        last repeating) or ``exponential=(initial, max, multiplier)`` seconds."""
-        req = _update_group_request(group, max_deliveries, backoff, exponential)
+        last repeating) or ``exponential=(initial, max, multiplier)`` seconds. ``fifo=True``: each
+        message group one message at a time, in order (messages sent with ``message_group=``)."""
+        req = _update_group_request(group, max_deliveries, backoff, exponential, fifo)
         for node in self.route("", refresh=True).nodes:
             self._call(node.address, "UpdateGroup", req, node=node.name)
 
 
-def _update_group_request(group: str, max_deliveries: int, backoff: Sequence[float], exponential: tuple[float, float, float] | None):
+def _update_group_request(
+    group: str, max_deliveries: int, backoff: Sequence[float], exponential: tuple[float, float, float] | None, fifo: bool | None = None
+):
     req = pb.UpdateGroupRequest(group=group, max_deliveries=max_deliveries, backoff_ms=[round(s * 1000) for s in backoff])
+    if fifo is not None:
+        req.fifo = fifo
     if exponential is not None:
         req.exponential_initial_ms = round(exponential[0] * 1000)
         req.exponential_max_ms = round(exponential[1] * 1000)
@@ -208,7 +214,8 @@ class AsyncPopCalls:
         max_deliveries: int = 0,
         backoff: Sequence[float] = (),
         exponential: tuple[float, float, float] | None = None,
+        fifo: bool | None = None,
     ) -> None:
-        req = _update_group_request(group, max_deliveries, backoff, exponential)
+        req = _update_group_request(group, max_deliveries, backoff, exponential, fifo)
         for node in (await self.route("", refresh=True)).nodes:
             await self._call(node.address, "UpdateGroup", req, node=node.name)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from .client import Client, OutMessage, SendResult, StoreError
-from .delays import delay_properties
+from .delays import delay_properties, group_properties
 from .routing import QueueRef
 
 
@@ -110,6 +110,7 @@ class Producer:
         delay: float | datetime.timedelta | None = None,
         deliver_at: float | datetime.datetime | None = None,
         delay_level: int | None = None,
+        message_group: str | None = None,
     ) -> SendFuture:
         """Queue one message; the future resolves to its :class:`SendResult` (``delay`` and
         the rest: as Client.send)."""
@@ -121,8 +122,8 @@ class Producer:
         if len(self._items) >= self.max_buffered:
             with self._space:
                 self._space.wait_for(lambda: len(self._items) < self.max_buffered or self._closed)
-        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level)}
-        self._items.append((topic, key, OutMessage(body, key, keys, tags, props, uniq_key), fut))
+        props = {**(properties or {}), **delay_properties(delay, deliver_at, delay_level), **group_properties(message_group)}
+        self._items.append((topic, message_group or key, OutMessage(body, key, keys, tags, props, uniq_key), fut))
         if self._idle:
             self._wake.set()
         return fut

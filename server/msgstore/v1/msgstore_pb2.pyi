@@ -143,20 +143,22 @@ class ChangeInvisibleResponse(_message.Message):
     def __init__(self, receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
 
 class UpdateGroupRequest(_message.Message):
-    __slots__ = ("group", "max_deliveries", "backoff_ms", "exponential_initial_ms", "exponential_max_ms", "exponential_multiplier")
+    __slots__ = ("group", "max_deliveries", "backoff_ms", "exponential_initial_ms", "exponential_max_ms", "exponential_multiplier", "fifo")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
     EXPONENTIAL_INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
     EXPONENTIAL_MAX_MS_FIELD_NUMBER: _ClassVar[int]
     EXPONENTIAL_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
     group: str
     max_deliveries: int
     backoff_ms: _containers.RepeatedScalarFieldContainer[int]
     exponential_initial_ms: int
     exponential_max_ms: int
     exponential_multiplier: float
-    def __init__(self, group: _Optional[str] = ..., max_deliveries: _Optional[int] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., exponential_initial_ms: _Optional[int] = ..., exponential_max_ms: _Optional[int] = ..., exponential_multiplier: _Optional[float] = ...) -> None: ...
+    fifo: bool
+    def __init__(self, group: _Optional[str] = ..., max_deliveries: _Optional[int] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., exponential_initial_ms: _Optional[int] = ..., exponential_max_ms: _Optional[int] = ..., exponential_multiplier: _Optional[float] = ..., fifo: _Optional[bool] = ...) -> None: ...
 
 class UpdateGroupResponse(_message.Message):
     __slots__ = ()
