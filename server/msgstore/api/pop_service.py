@@ -96,6 +96,9 @@ class PopHandlers:
                 left = deadline - time.monotonic()
                 if got or left <= 0 or server.stopping:
                     return pb.ReceiveResponse(messages=[_received(d) for d in got], node=server.node_name)
+                due = pop.fifo_next_due(store.clock.now_ms())  # a lapsed FIFO message comes back with no arrival
+                if due is not None:
+                    left = min(left, due / 1000 + 0.001)
                 await asyncio.wait([f for _t, _q, f in futures], timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for t, q, f in futures:

@@ -140,5 +140,5 @@ class FifoQueues:
 
     def next_due(self, now_ms: int) -> int | None:
         """ms until the earliest lapsed message may come back (its group's consumers wait on it)."""
-        times = [t for st in self.queues.values() for t in st.not_before.values()]
-        return max(0, min(times) - now_ms) if times else None
+        times = [t for st in self.queues.values() for t in st.not_before.values() if t > now_ms]  # (past ones: a receive takes them)
+        return min(times) - now_ms if times else None
