@@ -158,3 +158,19 @@ def test_bad_options_are_named(spark, store_node):
     with pytest.raises(Exception) as e:
         spark.read.format("msgstore").load().count()
     assert "endpoints" in str(e.value)
+
+
+def test_the_stores_own_topics_are_read_only_when_asked(spark, tmp_path):
+    """Delayed messages waiting, retries and dead letters live in the store's own topics: an
+    offline read without 'topics' leaves them out unless systemTopics=true (or they are named)."""
+    from msgstore.store import Message, MessageStore
+
+    root = str(tmp_path / "store")
+    store = MessageStore(root, {"mappedFileSizeCommitLog": 1 << 20, "maxHashSlotNum": 1024, "maxIndexNum": 4096}).start()
+    for topic in ("plain", "plain", "SCHEDULE_TOPIC_XXXX", "%DLQ%g", "rmq_sys_wheel_timer"):
+        assert store.put_messages(topic, 0, [Message(topic, b"x")]).ok
+    store.shutdown()
+    assert sorted(r.topic for r in offline(spark, root).select("topic").collect()) == ["plain", "plain"]
+    every = offline(spark, root, systemTopics="true")
+    assert sorted(r.topic for r in every.select("topic").collect()) == ["%DLQ%g", "SCHEDULE_TOPIC_XXXX", "plain", "plain", "rmq_sys_wheel_timer"]
+    assert offline(spark, root, topics="%DLQ%g").count() == 1

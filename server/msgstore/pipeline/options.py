@@ -93,6 +93,7 @@ class ReaderOptions:
     starting_ts: int | None
     ending_ts: int | None
     fail_on_data_loss: bool
+    system_topics: bool  # an offline read without 'topics' includes the store's own topics (delays, retries, DLQs)
     max_per_partition: int
     max_per_trigger: int | None
     token: str | None
@@ -133,6 +134,7 @@ class ReaderOptions:
             starting_ts=_int(opts, "startingTimestamp", None),
             ending_ts=_int(opts, "endingTimestamp", None),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            system_topics=_bool(opts, "systemTopics", False),
             max_per_partition=_int(opts, "maxMessagesPerPartition", 100_000, 1),
             max_per_trigger=_int(opts, "maxOffsetsPerTrigger", None, 1),
             token=opts.get("token"),
@@ -154,3 +156,12 @@ class ReaderOptions:
             server_name=self.server_name,
             timeout=60,
         )
+
+
+SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "%RETRY%", "%DLQ%")
+
+
+def is_system_topic(topic: str) -> bool:
+    """The store's own topics (docs/store-format.md §15-16): delayed messages waiting, the revive
+    log, retries and dead letters; RocketMQ's names."""
+    return topic == "SCHEDULE_TOPIC_XXXX" or topic.startswith(SYSTEM_PREFIXES)

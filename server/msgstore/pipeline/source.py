@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from . import schema as cols
 from .columns import BATCH_ROWS, Decoder
 from .files import SegmentFile, mapped, read_kind, segment_files
-from .options import EARLIEST, LATEST, ReaderOptions
+from .options import EARLIEST, LATEST, ReaderOptions, is_system_topic
 
 try:  # Spark ≥ 4.2
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -202,6 +202,11 @@ class Filters:
 
         if self.topics:
             mask = both(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics))))
+        elif not o.system_topics:  # the store's own topics only when asked (systemTopics=true, or named)
+            names = set(batch.column("topic").unique().to_pylist())
+            system = sorted(t for t in names if t and is_system_topic(t))
+            if system:
+                mask = both(pc.invert(pc.is_in(batch.column("topic"), pa.array(system))))
         if o.starting.kind == "json" or o.ending.kind == "json":
             mask = both(pa.array(self._offset_mask(batch)))
         ts = batch.column("store_timestamp").cast(pa.int64())
