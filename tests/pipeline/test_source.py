@@ -172,5 +172,11 @@ def test_the_stores_own_topics_are_read_only_when_asked(spark, tmp_path):
     store.shutdown()
     assert sorted(r.topic for r in offline(spark, root).select("topic").collect()) == ["plain", "plain"]
     every = offline(spark, root, systemTopics="true")
-    assert sorted(r.topic for r in every.select("topic").collect()) == ["%DLQ%g", "SCHEDULE_TOPIC_XXXX", "plain", "plain", "rmq_sys_wheel_timer"]
+    assert sorted(r.topic for r in every.select("topic").collect()) == [
+        "%DLQ%g",
+        "SCHEDULE_TOPIC_XXXX",
+        "plain",
+        "plain",
+        "rmq_sys_wheel_timer",
+    ]
     assert offline(spark, root, topics="%DLQ%g").count() == 1

@@ -9,13 +9,17 @@ that ordinary sends pay nothing for this.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import grpc
 
 from ..broker import DelayRefused, RecallHandle, Scheduler
+from ..broker.delivery import ensure_topic
+from ..broker.system_topics import PROP_UNIQ_KEY, is_system_topic
 from ..broker.timer import RecallFailed, TooLate
+from ..broker.transactions import HALF_TOPIC, PROP_PRODUCER_GROUP, is_half, to_half
 from ..record import codec
 from ..store import PutStatus
 from ..v1 import msgstore_pb2 as pb
@@ -24,7 +28,8 @@ from . import validation as v
 if TYPE_CHECKING:
     from .server import StoreServer
 
-_MARKERS = (b"DELAY", b"TIMER_DEL", b"rmq_sys_", b"SCHEDULE_TOPIC")
+_MARKERS = (b"DELAY", b"TIMER_DEL", b"rmq_sys_", b"SCHEDULE_TOPIC", b"TRAN_MSG", b"RMQ_SYS_")
+TRANSACTION_PREFIX = "tx:"  # (in the handles map: a transaction id, not a recall handle)
 
 
 def may_schedule(raw: bytes | bytearray) -> bool:
@@ -36,6 +41,9 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
     handles of timer messages by entry index. Raises InvalidArgument naming the field."""
     handles: dict[int, str] = {}
     for i, m in enumerate(msgs):
+        if is_half(m):
+            handles[i] = TRANSACTION_PREFIX + _half(server, msgs, i)
+            continue
         if not Scheduler.wants(m):
             continue
         broker = server.broker
@@ -55,6 +63,33 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
         if handle is not None:
             handles[i] = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode()
     return handles
+
+
+def _half(server: StoreServer, msgs: list[codec.Message], i: int) -> str:
+    """A transactional half message to its system topic (in place); its transaction id."""
+    m = msgs[i]
+    if is_system_topic(m.topic):
+        raise v.InvalidArgument(f"entries[{i}].topic", f"{m.topic} is a system topic")
+    group = m.properties.get(PROP_PRODUCER_GROUP, "")
+    if not group:
+        raise v.InvalidArgument(
+            f"entries[{i}].properties['PGROUP']", "a transactional message names its producer group (its check-backs go there)"
+        )
+    v.check_group(group, f"entries[{i}].properties['PGROUP']")
+    if any(k in m.properties for k in ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")):
+        raise v.InvalidArgument(f"entries[{i}].properties", "a transactional message cannot be delayed too")
+    if server.broker is None:
+        raise v.InvalidArgument(f"entries[{i}].properties", "transactions are not running on this node yet")
+    if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
+        raise v.InvalidArgument(f"entries[{i}].topic", f"topic {m.topic} does not exist (autoCreateTopicEnable is off)")
+    limit = server.queue_count(m.topic)
+    if m.queue_id >= limit:
+        raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
+    uniq = m.properties.get(PROP_UNIQ_KEY) or uuid.uuid4().hex.upper()
+    msgs[i] = to_half(replace(m, properties={**m.properties, PROP_UNIQ_KEY: uniq}))
+    ensure_topic(server.store, HALF_TOPIC, 1)
+    group_name = server.replica.group if server.replica is not None else server.node_name
+    return RecallHandle(m.topic, 0, uniq, group_name).encode()
 
 
 async def broker_taking_office(server: StoreServer, timeout: float = 3.0) -> bool:

@@ -45,6 +45,7 @@ from .longpoll import ArrivalWaiters
 from .metrics import Metrics
 from .route import DuplicateNodeName, PeerDirectory
 from .servicer import DataPlane
+from .transaction_service import CheckListeners
 
 # A follower whose master restarts (or started after it) reconnects within a second or two, not
 # after gRPC's default backoff of up to two minutes; a replication chunk may be a whole batch.
@@ -485,6 +486,8 @@ class StoreServer:
         self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_wrote, self._broker_delivers).start()
         if self.metrics is not None:
             self.metrics.watch_broker(weakref.ref(self.broker))
+        self.check_listeners = CheckListeners(loop)
+        self.broker.check_back = lambda group, half, message: self.check_listeners.from_thread(self._group_name(), group, half, message)
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)

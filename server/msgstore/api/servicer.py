@@ -23,7 +23,8 @@ from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response,
 from .group_service import GroupHandlers
 from .pop_service import PopHandlers
 from .route import DuplicateNodeName
-from .scheduled import RecallHandlers, may_schedule, schedule_entries
+from .scheduled import TRANSACTION_PREFIX, RecallHandlers, may_schedule, schedule_entries
+from .transaction_service import TransactionHandlers
 
 if TYPE_CHECKING:
     from .server import StoreServer
@@ -90,7 +91,7 @@ class Pulled:
     count: int
 
 
-class DataPlane(GroupHandlers, RecallHandlers, PopHandlers):
+class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers):
     def __init__(self, server: StoreServer):
         self.server = server
 
@@ -276,7 +277,10 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers):
         results = self._results(a.groups, outcomes, a.n)
         for i, handle in (a.handles or {}).items():
             if results[i].status == pb.PUT_OK or results[i].message_id:
-                results[i].recall_handle = handle
+                if handle.startswith(TRANSACTION_PREFIX):
+                    results[i].transaction_id = handle[len(TRANSACTION_PREFIX) :]
+                else:
+                    results[i].recall_handle = handle
         return pb.SendResponse(results=results, node=self.server.node_name, request_id=a.request_id)
 
     @staticmethod

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..record.codec import StoredMessage
 from ..record.recall_handle import RecallHandle
 from ..store import MessageStore, PutResult
 from ..store.layout import BROKER_STATE_END
@@ -25,6 +26,8 @@ from .scheduling import Scheduler
 from .system_topics import SCHEDULE_TOPIC, TIMER_TOPIC
 from .timer import FILE as TIMER_CHECK_FILE
 from .timer import TimerService
+from .transactions import FILE as TRANSACTION_FILE
+from .transactions import HALF_TOPIC, Half, TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,8 @@ class BrokerServices:
         self.levels = DelayLevelService(store, lambda: store.config)
         self.timer = TimerService(store)
         self.pop = PopService(store, self.scheduler, node, may_write, self.wakeup)
+        self.transactions = TransactionService(store, lambda: store.config, may_write)
+        self.check_back: Callable[[str, Half, StoredMessage], None] = lambda group, half, message: None
         self._persisted_at = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -93,7 +98,7 @@ class BrokerServices:
             ensure_topic(self.store, TIMER_TOPIC, 1)
 
     def _arrived(self, topic: str, _queue_id: int, _max_offset: int) -> None:
-        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):  # (the revive log's deadlines are known when written)
+        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC):  # (the revive log's deadlines are known when written)
             self._wake.set()
 
     # ------------------------------------------------------------------ the loop
@@ -108,12 +113,17 @@ class BrokerServices:
                         self.levels.load()
                         self.timer.load()
                         self.pop.load()
+                        self.transactions.load()
+                        self.transactions.take_new()  # (a commit a crash interrupted is completed here)
                         self.pop.take_new()  # in flight again, positions repaired: before any receive or ack is served
                         self._active = True
                         log.info("delay levels and timer deliver on this node (its group's master)")
                     if self.may_write():
                         now = clock.now_ms()
-                        due = (self.levels.run_due(now), self.timer.run_due(now), self.pop.run_due(now))
+                        checks, check_wait = self.transactions.due_checks(now)
+                        for half, message in checks:
+                            self.check_back(half.group, half, message)
+                        due = (self.levels.run_due(now), self.timer.run_due(now), self.pop.run_due(now), check_wait)
                         self.wrote()
                         waits = [w for w in due if w is not None]
                         if waits:
@@ -138,6 +148,7 @@ class BrokerServices:
         try:
             self.levels.persist()
             self.timer.persist()
+            self.transactions.persist()
             # pop's progress as it is now, then the receive positions (every checkpoint it counts
             # done had moved its position before), then the progress: never one past its positions
             pop_state = self.pop.state_if_dirty()
@@ -158,9 +169,13 @@ class BrokerServices:
         so that a promotion finds every message still due."""
         if not self._active:
             return self._held_by_files()
-        lows = [
-            p for p in (self.levels.lowest_pending_phy(), self.timer.lowest_pending_phy(), self.pop.lowest_pending_phy()) if p is not None
-        ]
+        held = (
+            self.levels.lowest_pending_phy(),
+            self.timer.lowest_pending_phy(),
+            self.pop.lowest_pending_phy(),
+            self.transactions.lowest_pending_phy(),
+        )
+        lows = [p for p in held if p is not None]
         return min(lows) if lows else None
 
     def _held_by_files(self) -> int | None:
@@ -179,7 +194,12 @@ class BrokerServices:
         """What a follower copies: the progress files as they are now in memory."""
         if not self._active:
             return {}
-        files = {DELAY_OFFSET_FILE: self.levels.state_json(), TIMER_CHECK_FILE: self.timer.state_json(), POP_FILE: self.pop.state_json()}
+        files = {
+            DELAY_OFFSET_FILE: self.levels.state_json(),
+            TIMER_CHECK_FILE: self.timer.state_json(),
+            POP_FILE: self.pop.state_json(),
+            TRANSACTION_FILE: self.transactions.state_json(),
+        }
         # taken after the files: every message the progress counts as put is below it, and a
         # follower takes the files only once its copy of the log reaches it (else a failover
         # would find progress past messages it never received)
@@ -195,4 +215,8 @@ class BrokerServices:
             "pop_inflight": sum(self.pop.inflight_counts().values()),
             "pop_revived": self.pop.revived,
             "pop_dead_lettered": self.pop.dead_lettered,
+            "transactions_open": len(self.transactions.open),
+            "transactions_committed": self.transactions.committed,
+            "transactions_rolled_back": self.transactions.rolled_back,
+            "transactions_set_aside": self.transactions.set_aside,
         }

@@ -27,8 +27,15 @@ SCHEDULING_PROPERTIES = (
 )
 
 REVIVE_TOPIC = "rmq_sys_REVIVE_LOG"  # pop consumption's checkpoints and acks (revive_log.py)
-SYSTEM_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC, REVIVE_TOPIC)
+SYSTEM_TOPICS = (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    REVIVE_TOPIC,
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+)
 
 
 def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
+    return topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_"))

@@ -38,6 +38,7 @@ from .routing import (
     replicated,
 )
 from .stream import SendStream
+from .transactions import CheckedMessage, TransactionProducer, end_transaction
 
 ROUTE_TTL_S = 10.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -80,6 +81,7 @@ class SendResult:
     error: str = ""
     address: str = ""  # the member that answered (a replica group's master at the time)
     recall_handle: str = ""  # a message with a delivery time: what recall() takes to cancel it
+    transaction_id: str = ""  # a transactional half message: what commit/rollback take
 
     @property
     def ok(self) -> bool:
@@ -157,7 +159,16 @@ _STATUS_NAMES = {v.number: v.name for v in pb.SendStatus.DESCRIPTOR.values}
 
 def _send_result(r: pb.SendResult, node: str, address: str = "") -> SendResult:
     return SendResult(
-        _STATUS_NAMES[r.status], r.message_id, node, r.queue_id, r.queue_offset, r.commitlog_offset, r.error, address, r.recall_handle
+        _STATUS_NAMES[r.status],
+        r.message_id,
+        node,
+        r.queue_id,
+        r.queue_offset,
+        r.commitlog_offset,
+        r.error,
+        address,
+        r.recall_handle,
+        r.transaction_id,
     )
 
 
@@ -479,6 +490,15 @@ class Client(PopCalls):
             return self._raw_send(target.address)(req, timeout=self.timeout, metadata=self.security.data_metadata() or None).results
         except grpc.RpcError as e:
             raise _error(e, target.node) from None
+
+    def transaction_producer(self, group: str, check: Callable[[CheckedMessage], str]) -> TransactionProducer:
+        """Half messages for producer group ``group``; ``check`` answers the store's
+        check-backs ("commit", "rollback" or "unknown"). See client/transactions.py."""
+        return TransactionProducer(self, group, check)
+
+    def end_transaction(self, transaction_id: str, resolution: str) -> None:
+        """Commit, roll back (or say "unknown" about) a half message by its transaction id."""
+        end_transaction(self, transaction_id, resolution)
 
     def recall(self, handle: str | SendResult) -> None:
         """Cancel a message sent with ``delay``/``deliver_at`` before its time, on the master of

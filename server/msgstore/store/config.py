@@ -120,6 +120,9 @@ KEYS: dict[str, KeySpec] = {
         "the delays of RocketMQ 4's delay levels 1, 2, ... (a message's DELAY property), each a number and s, m, h or d",
         pattern=r"^[0-9]+[smhd]( +[0-9]+[smhd])*$",
     ),
+    "transactionTimeOut": _k(6_000, True, "ms a half message waits for its commit or rollback before it is checked back", 1),
+    "transactionCheckInterval": _k(60_000, True, "ms between check-backs of one unresolved half message", 1),
+    "transactionCheckMax": _k(15, True, "check-backs of a half message before it is set aside in TRANS_CHECK_MAX_TIME_TOPIC", 1, 1000),
     "timerMaxDelaySec": _k(259_200, True, "longest delay of a message with a delivery time (s); a longer one is refused", 1),
     # replication (§14): the role a member starts in; later changes come from a controller
     "brokerRole": _k(

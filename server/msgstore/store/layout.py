@@ -25,7 +25,8 @@ LOCK = "lock"
 DELAY_OFFSET = "delayOffset.json"  # under config/: the delay levels' cursors (broker/delay_levels.py)
 TIMER_CHECK = "timercheck"  # under config/: the timer's progress (broker/timer.py)
 POP_CHECKPOINT = "popCheckpoint"  # under config/: the revive log's progress (broker/pop.py)
-FOLLOWED_BROKER_FILES = (DELAY_OFFSET, TIMER_CHECK, POP_CHECKPOINT)  # a follower copies these from its master
+TRANSACTION_CHECKPOINT = "transactionCheckpoint"  # under config/: resolved half messages (broker/transactions.py)
+FOLLOWED_BROKER_FILES = (DELAY_OFFSET, TIMER_CHECK, POP_CHECKPOINT, TRANSACTION_CHECKPOINT)  # a follower copies these from its master
 BROKER_STATE_END = "commitlogEnd"  # with them: the master's log end when they were taken (a follower waits to hold it)
 
 CQ_UNIT_SIZE = 20  # [8 phy offset][4 size][8 tags code]

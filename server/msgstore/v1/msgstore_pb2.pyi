@@ -7,6 +7,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TransactionResolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UNKNOWN: _ClassVar[TransactionResolution]
+    COMMIT: _ClassVar[TransactionResolution]
+    ROLLBACK: _ClassVar[TransactionResolution]
+
 class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PUT_OK: _ClassVar[SendStatus]
@@ -37,6 +43,9 @@ class TimeBoundary(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LOWER: _ClassVar[TimeBoundary]
     UPPER: _ClassVar[TimeBoundary]
+UNKNOWN: TransactionResolution
+COMMIT: TransactionResolution
+ROLLBACK: TransactionResolution
 PUT_OK: SendStatus
 FLUSH_DISK_TIMEOUT: SendStatus
 SERVICE_NOT_AVAILABLE: SendStatus
@@ -59,6 +68,34 @@ NO_MATCHED_LOGIC_QUEUE: PullStatus
 NO_MESSAGE_IN_QUEUE: PullStatus
 LOWER: TimeBoundary
 UPPER: TimeBoundary
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "resolution")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    resolution: TransactionResolution
+    def __init__(self, transaction_id: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TransactionChecksRequest(_message.Message):
+    __slots__ = ("producer_group",)
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    def __init__(self, producer_group: _Optional[str] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "message", "check")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    message: Message
+    check: int
+    def __init__(self, transaction_id: _Optional[str] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., check: _Optional[int] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
     __slots__ = ("group", "topic", "max_messages", "invisible_ms", "wait_ms", "tag_filter")
@@ -216,7 +253,7 @@ class SendRequest(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ..., wait_visible: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error", "recall_handle")
+    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error", "recall_handle", "transaction_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +261,7 @@ class SendResult(_message.Message):
     COMMITLOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     status: SendStatus
     message_id: str
     queue_id: int
@@ -231,7 +269,8 @@ class SendResult(_message.Message):
     commitlog_offset: int
     error: str
     recall_handle: str
-    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+    transaction_id: str
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ..., recall_handle: _Optional[str] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results", "node", "request_id", "error_code", "error_message")

@@ -139,6 +139,16 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/msgstore.v1.MessageStore/EndTransaction',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TransactionChecks = channel.unary_stream(
+                '/msgstore.v1.MessageStore/TransactionChecks',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.TransactionChecksRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.TransactionCheck.FromString,
+                _registered_method=True)
 
 
 class MessageStoreServicer:
@@ -301,6 +311,22 @@ class MessageStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """Transactions (RocketMQ's half messages): commit (visible once), roll back, or say the
+        outcome is not known yet (it is checked back later) on the group's master that stored it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransactionChecks(self, request, context):
+        """A producer group's members listen here for the check-back of half messages left
+        unresolved for transactionTimeOut; they answer with EndTransaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -408,6 +434,16 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     servicer.UpdateGroup,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.EndTransactionRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'TransactionChecks': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransactionChecks,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.TransactionChecksRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.TransactionCheck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -977,6 +1013,60 @@ class MessageStore:
             '/msgstore.v1.MessageStore/UpdateGroup',
             msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/EndTransaction',
+            msgstore_dot_v1_dot_msgstore__pb2.EndTransactionRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/TransactionChecks',
+            msgstore_dot_v1_dot_msgstore__pb2.TransactionChecksRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.TransactionCheck.FromString,
             options,
             channel_credentials,
             insecure,

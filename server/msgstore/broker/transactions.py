@@ -1,0 +1,290 @@
+"""Transactional messages (RocketMQ's two-phase send): a half message waits, invisible, in
+``RMQ_SYS_TRANS_HALF_TOPIC`` until its producer commits or rolls back (``EndTransaction``); a
+half left unresolved for ``transactionTimeOut`` is checked back with a producer of its group
+every ``transactionCheckInterval``, at most ``transactionCheckMax`` times, then set aside in
+``TRANS_CHECK_MAX_TIME_TOPIC``, as RocketMQ does.
+
+Every resolution is an op record in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` (tag ``c`` commit, ``r``
+rollback, ``x`` set aside; the body names the half's queue offset). A commit writes its op
+record *before* the committed message, with the real queue's end at that moment: a start that
+finds a commit op whose message is not in its queue from there on puts it then, and one whose
+message is there does not, so a commit becomes visible exactly once whatever crashed when.
+Which halves are resolved (a bitmap over the half queue, progress.py) and how far the op queue
+was read are kept in ``config/transactionCheckpoint``, saved every second; the op records
+after that point are read again at start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..record import codec
+from ..record.codec import Message, StoredMessage
+from ..store import GetStatus, MessageStore
+from ..store.config import StoreConfig
+from ..store.layout import TRANSACTION_CHECKPOINT
+from ..store.metadata import read_json, write_atomic
+from .delivery import ensure_topic, restored
+from .progress import DoneOffsets
+from .system_topics import PROP_REAL_QID, PROP_REAL_TOPIC, PROP_UNIQ_KEY
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+PROP_TRANSACTION_PREPARED = "TRAN_MSG"  # "true": a half message
+PROP_PRODUCER_GROUP = "PGROUP"
+PROP_HALF_OFFSET = "TRAN_HALF_OFFSET"  # ours, on a committed message: the half it came from
+FILE = TRANSACTION_CHECKPOINT
+BATCH = 256
+
+
+class TransactionUnknown(Exception):
+    """The transaction a handle names is not open here (resolved already, or never seen)."""
+
+
+class TransactionUnavailable(Exception):
+    """The store takes no write now."""
+
+
+@dataclass
+class Half:
+    offset: int  # its queue offset in the half topic
+    group: str  # the producer group
+    uniq: str
+    stored_ms: int
+    checks: int = 0
+    next_check_ms: int = 0
+
+
+def is_half(msg: Message) -> bool:
+    return msg.properties.get(PROP_TRANSACTION_PREPARED) == "true"
+
+
+def to_half(msg: Message) -> Message:
+    """What a producer's half message is stored as (RocketMQ's parseHalfMessageInner)."""
+    props = dict(msg.properties)
+    props.update({PROP_REAL_TOPIC: msg.topic, PROP_REAL_QID: str(msg.queue_id)})
+    return replace(msg, topic=HALF_TOPIC, queue_id=0, properties=props, sys_flag=msg.sys_flag & ~codec.TRANSACTION_MASK)
+
+
+class TransactionService:
+    def __init__(self, store: MessageStore, settings: Callable[[], StoreConfig], may_write: Callable[[], bool] = lambda: True):
+        self.store = store
+        self.settings = settings
+        self.may_write = may_write
+        self.path = os.path.join(store.layout.config_dir, FILE)
+        self.lock = threading.RLock()
+        self.done = DoneOffsets()
+        self.read_offset = 0  # the half queue: next offset to take in
+        self.op_offset = 0  # the op queue: next offset to apply
+        self.open: dict[str, Half] = {}  # UNIQ_KEY → half not resolved
+        self.dirty = False
+        self.committed = self.rolled_back = self.set_aside = 0
+
+    # ------------------------------------------------------------------ progress
+
+    def load(self) -> None:
+        doc = read_json(self.path)
+        with self.lock:
+            doc = doc if isinstance(doc, dict) else {}
+            self.done = DoneOffsets.decode(doc.get("progress", {}))
+            self.op_offset = int(doc.get("opOffset", 0))
+            self.read_offset = self.done.below
+            self.open = {}
+            self.dirty = False
+
+    def state_json(self) -> str:
+        with self.lock:
+            return json.dumps({"version": 1, "progress": self.done.encode(), "opOffset": self.op_offset}, separators=(",", ":"))
+
+    def persist(self) -> None:
+        with self.lock:
+            if not self.dirty:
+                return
+            self.dirty = False
+            state = self.state_json()
+        write_atomic(self.path, state.encode())
+
+    def lowest_pending_phy(self) -> int | None:
+        cq = self.store.consume_queue(HALF_TOPIC, 0)
+        if cq is None:
+            return None
+        with self.lock:
+            first = self.done.first_pending()
+        at = max(first, cq.min_offset)
+        unit = cq.unit(at) if at < cq.max_offset else None
+        return unit[0] if unit is not None else None
+
+    # ------------------------------------------------------------------ reading the queues
+
+    def _read(self, topic: str, start: int) -> tuple[list[StoredMessage], int]:
+        res = self.store.get_message(None, topic, 0, start, max_msgs=BATCH)
+        try:
+            return (res.messages() if res.status is GetStatus.FOUND else []), res.next_offset
+        finally:
+            res.release()
+
+    def take_new(self) -> None:
+        """New halves into the open set; op records applied (a commit found without its
+        message is completed here: the crash came between the two)."""
+        store = self.store
+        while self.read_offset < store.max_offset(HALF_TOPIC, 0):
+            got, nxt = self._read(HALF_TOPIC, self.read_offset)
+            if not got:
+                if nxt <= self.read_offset:
+                    break
+                self.read_offset = nxt
+                continue
+            with self.lock:
+                for m in got:
+                    if m.queue_offset not in self.done:
+                        uniq = m.properties.get(PROP_UNIQ_KEY, m.msg_id)
+                        self.open[uniq] = Half(m.queue_offset, m.properties.get(PROP_PRODUCER_GROUP, ""), uniq, m.store_timestamp)
+                self.read_offset = got[-1].queue_offset + 1
+        while self.op_offset < store.max_offset(OP_TOPIC, 0):
+            got, nxt = self._read(OP_TOPIC, self.op_offset)
+            if not got:
+                if nxt <= self.op_offset:
+                    break
+                self.op_offset = nxt
+                continue
+            with self.lock:
+                for m in got:
+                    self._apply_op(m)
+                self.op_offset = got[-1].queue_offset + 1
+                self.dirty = True
+
+    def _apply_op(self, op: StoredMessage) -> None:
+        try:
+            doc = json.loads(bytes(op.body))
+            half = int(doc["h"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if half in self.done:
+            return
+        if op.tags == "c":
+            self._complete_commit(half, int(doc.get("from", 0)))
+        self._resolved(half)
+
+    def _resolved(self, half: int) -> None:
+        self.done.add(half)
+        self.dirty = True
+        for uniq, h in list(self.open.items()):
+            if h.offset == half:
+                del self.open[uniq]
+
+    # ------------------------------------------------------------------ ending a transaction
+
+    def end(self, uniq: str, commit: bool) -> None:
+        """Commit (the message becomes visible, exactly once) or roll back. Raises
+        TransactionUnknown, TransactionUnavailable."""
+        self.take_new()
+        with self.lock:
+            h = self.open.get(uniq)
+            if h is None:
+                raise TransactionUnknown(f"no open transaction {uniq} here: it was resolved already, or it is not this node's")
+            self._end(h, "c" if commit else "r")
+
+    def _end(self, h: Half, action: str) -> None:
+        if not self.may_write():
+            raise TransactionUnavailable("this master may not take writes now")
+        half = self._half(h.offset)
+        if half is None:
+            log.error("half message %d is gone (retention): transaction %s cannot be %s", h.offset, h.uniq, action)
+            self._op(h.offset, "x", 0)
+            self._resolved(h.offset)
+            return
+        real = restored(half)
+        if action == "c" and real is not None:
+            frm = self.store.max_offset(real.topic, real.queue_id)
+            self._op(h.offset, "c", frm)  # first: a crash before the message is completed at start
+            self._put_committed(h.offset, half, real)
+            self.committed += 1
+        elif action == "x":
+            ensure_topic(self.store, CHECK_MAX_TOPIC, 1)
+            self.store.put_messages(CHECK_MAX_TOPIC, 0, [Message(CHECK_MAX_TOPIC, bytes(half.body), 0, half.flag, dict(half.properties))])
+            self._op(h.offset, "x", 0)
+            self.set_aside += 1
+        else:
+            self._op(h.offset, "r", 0)
+            self.rolled_back += 1
+        self._resolved(h.offset)
+
+    def _op(self, half: int, action: str, frm: int) -> None:
+        ensure_topic(self.store, OP_TOPIC, 1)
+        body = json.dumps({"h": half, "from": frm}, separators=(",", ":")).encode()
+        res = self.store.put_messages(OP_TOPIC, 0, [Message(OP_TOPIC, body, 0, properties={codec.PROP_TAGS: action})])
+        if not res.status.stored:
+            raise TransactionUnavailable(f"{res.status.name} {res.reason}")
+
+    def _half(self, offset: int) -> StoredMessage | None:
+        got, _ = self._read(HALF_TOPIC, offset)
+        return got[0] if got and got[0].queue_offset == offset else None
+
+    def _put_committed(self, half_offset: int, half: StoredMessage, real: Message) -> None:
+        props = {k: v for k, v in real.properties.items() if k not in (PROP_TRANSACTION_PREPARED, PROP_PRODUCER_GROUP)}
+        props[PROP_HALF_OFFSET] = str(half_offset)
+        msg = replace(real, properties=props, sys_flag=(real.sys_flag & ~codec.TRANSACTION_MASK) | codec.TRANSACTION_COMMIT)
+        res = self.store.put_messages(msg.topic, msg.queue_id, [msg])
+        if not res.status.stored:
+            raise TransactionUnavailable(f"{res.status.name} {res.reason}")
+
+    def _complete_commit(self, half_offset: int, frm: int) -> None:
+        """A commit op read again: put its message unless its queue holds it from ``frm`` on."""
+        half = self._half(half_offset)
+        real = restored(half) if half is not None else None
+        if half is None or real is None:
+            return
+        at = frm
+        while at < self.store.max_offset(real.topic, real.queue_id):
+            res = self.store.get_message(None, real.topic, real.queue_id, at, max_msgs=BATCH)
+            try:
+                got = res.messages() if res.status is GetStatus.FOUND else []
+                nxt = res.next_offset
+            finally:
+                res.release()
+            if any(m.properties.get(PROP_HALF_OFFSET) == str(half_offset) for m in got):
+                return
+            if nxt <= at:
+                break
+            at = nxt
+        log.warning("transaction %d was committed but its message was not stored (a crash between): storing it now", half_offset)
+        self._put_committed(half_offset, half, real)
+
+    # ------------------------------------------------------------------ check-back
+
+    def due_checks(self, now_ms: int) -> tuple[list[tuple[Half, StoredMessage]], int | None]:
+        """Halves to check back now (their count and next time moved on), those past the
+        maximum set aside; and ms until the next check."""
+        cfg = self.settings()
+        self.take_new()
+        out: list[tuple[Half, StoredMessage]] = []
+        wait: int | None = None
+        with self.lock:
+            for h in list(self.open.values()):
+                ready = max(h.stored_ms + cfg.transactionTimeOut, h.next_check_ms)
+                if ready > now_ms:
+                    wait = ready - now_ms if wait is None else min(wait, ready - now_ms)
+                    continue
+                if h.checks >= cfg.transactionCheckMax:
+                    log.warning(
+                        "transaction %s of %s unresolved after %d checks: set aside in %s", h.uniq, h.group, h.checks, CHECK_MAX_TOPIC
+                    )
+                    self._end(h, "x")
+                    continue
+                half = self._half(h.offset)
+                if half is None:
+                    self._resolved(h.offset)
+                    continue
+                h.checks += 1
+                h.next_check_ms = now_ms + cfg.transactionCheckInterval
+                wait = cfg.transactionCheckInterval if wait is None else min(wait, cfg.transactionCheckInterval)
+                out.append((h, half))
+        return out, wait

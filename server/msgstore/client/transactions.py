@@ -1,0 +1,135 @@
+"""Transactional messages from a client (RocketMQ's TransactionProducer): send a half message,
+run the local transaction, then commit (the message becomes visible, once) or roll back; a
+half left unresolved is checked back with ``check`` on any member of the producer group.
+
+    def check(m: CheckedMessage) -> str:          # "commit", "rollback" or "unknown"
+        return "commit" if order_exists(m.body) else "rollback"
+
+    with client.transaction_producer("orders-tx", check) as tp:
+        tx = tp.send("orders", b"order-7")
+        try:
+            save_order()
+            tx.commit()
+        except Exception:
+            tx.rollback()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from ..record.recall_handle import RecallHandle
+from ..v1 import msgstore_pb2 as pb
+from .errors import StoreError
+from .routing import QueueRef
+
+log = logging.getLogger(__name__)
+
+RESOLUTIONS = {"commit": pb.COMMIT, "rollback": pb.ROLLBACK, "unknown": pb.UNKNOWN}
+
+
+@dataclass
+class CheckedMessage:
+    """A half message the store asks about: commit it, roll it back, or not known yet."""
+
+    transaction_id: str
+    topic: str
+    body: bytes
+    check: int  # 1 for the first check-back
+    properties: dict[str, str] = field(default_factory=dict)
+    msg_id: str = ""
+
+
+def end_transaction(client: Any, transaction_id: str, resolution: str) -> None:
+    if resolution not in RESOLUTIONS:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"resolution: one of commit, rollback, unknown; got {resolution!r}")
+    try:
+        h = RecallHandle.decode(transaction_id)
+    except ValueError:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, "transaction_id: not a transaction id this store gave out") from None
+    req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=RESOLUTIONS[resolution])
+    client._group_call(h.topic, QueueRef(h.group, "", 0), "EndTransaction", req, reads=False)
+
+
+class Transaction:
+    def __init__(self, client: Any, result: Any):
+        self.client = client
+        self.result = result  # the half message's SendResult
+        self.id: str = result.transaction_id
+
+    def commit(self) -> None:
+        end_transaction(self.client, self.id, "commit")
+
+    def rollback(self) -> None:
+        end_transaction(self.client, self.id, "rollback")
+
+
+class TransactionProducer:
+    """Sends half messages for ``group`` and answers the store's check-backs with ``check``
+    (one listening thread per node, reconnecting until closed)."""
+
+    def __init__(self, client: Any, group: str, check: Callable[[CheckedMessage], str]):
+        self.client = client
+        self.group = group
+        self.check = check
+        self._stop = threading.Event()
+        self._calls: list[Any] = []
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._listen, args=(n.address,), name=f"tx-checks-{n.name}", daemon=True)
+            for n in client.route("", refresh=True).nodes
+        ]
+        for t in self._threads:
+            t.start()
+
+    def send(self, topic: str, body: bytes | str, **kw: Any) -> Transaction:
+        props = {**(kw.pop("properties", None) or {}), "TRAN_MSG": "true", "PGROUP": self.group}
+        res = self.client.send(topic, body, properties=props, **kw)
+        if not res.ok or not res.transaction_id:
+            raise StoreError(grpc.StatusCode.UNAVAILABLE, f"the half message was not stored: {res.status} {res.error}")
+        return Transaction(self.client, res)
+
+    def _listen(self, address: str) -> None:
+        while not self._stop.is_set():
+            try:
+                stub = self.client.stub(address)
+                call = stub.TransactionChecks(
+                    pb.TransactionChecksRequest(producer_group=self.group), metadata=self.client.security.data_metadata() or None
+                )
+                with self._lock:
+                    self._calls.append(call)
+                for c in call:
+                    m = c.message
+                    msg = CheckedMessage(c.transaction_id, m.topic, bytes(m.body), c.check, dict(m.properties), m.msg_id)
+                    try:
+                        decision = self.check(msg)
+                    except Exception:
+                        log.exception("transaction check-back failed; the store asks again later")
+                        continue
+                    try:
+                        end_transaction(self.client, c.transaction_id, decision or "unknown")
+                    except StoreError as e:
+                        log.warning("could not end transaction %s: %s", c.transaction_id, e)
+            except grpc.RpcError:
+                pass
+            self._stop.wait(0.5)  # the stream ended (a restart, a failover): listen again
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            for call in self._calls:
+                call.cancel()
+        for t in self._threads:
+            t.join(5)
+
+    def __enter__(self) -> TransactionProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

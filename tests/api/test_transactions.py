@@ -1,0 +1,112 @@
+"""Transactional messages (issue 22, part 4) against real server processes: a half message is
+invisible until committed (then visible exactly once) or rolled back; a producer that forgets
+is checked back (commit, rollback, unknown → asked again), and after transactionCheckMax checks
+the half is set aside; a SIGKILL keeps open halves open and commits done."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from msgstore.client import Client, QueueRef, StoreError
+from tests.support.servers import wait_until
+
+FAST = ["transactionTimeOut=300", "transactionCheckInterval=300", "transactionCheckMax=3"]
+
+
+def bodies(c: Client, topic: str) -> list[bytes]:
+    out = []
+    for n in c.route(topic, refresh=True).nodes:
+        for q in range(2):
+            out += [m.body for m in c.pull(topic, QueueRef(n.name, n.address, q), 0, max_messages=1000).messages]
+    return sorted(out)
+
+
+@pytest.fixture
+def node(servers):
+    return servers("tx", settings=FAST)
+
+
+@pytest.fixture
+def c(node):
+    with Client(node.address, timeout=10) as client:
+        client.create_topic("orders", 2)
+        yield client
+
+
+def test_a_half_message_is_invisible_until_committed_and_then_visible_once(c):
+    with c.transaction_producer("tx-group", lambda m: "unknown") as tp:
+        tx = tp.send("orders", b"order-1")
+        rolled = tp.send("orders", b"order-2")
+        assert bodies(c, "orders") == []
+        tx.commit()
+        rolled.rollback()
+        wait_until(lambda: bodies(c, "orders") == [b"order-1"], timeout=10, what="the committed message")
+        with pytest.raises(StoreError) as e:
+            tx.commit()  # once only
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        time.sleep(0.5)  # an absence: the rolled back one never shows
+        assert bodies(c, "orders") == [b"order-1"]
+
+
+def test_a_forgotten_transaction_is_checked_back_and_resolved(c):
+    asked: list[tuple[bytes, int]] = []
+    answers = {b"commit-me": "commit", b"roll-me": "rollback"}
+    lock = threading.Lock()
+
+    def check(m) -> str:
+        with lock:
+            asked.append((m.body, m.check))
+        if m.body == b"unsure" and m.check < 2:
+            return "unknown"  # asked again
+        return answers.get(m.body, "commit")
+
+    with c.transaction_producer("tx-group", check) as tp:
+        for body in (b"commit-me", b"roll-me", b"unsure"):
+            tp.send("orders", body, properties={"k": "v"})  # and "forget" to end it
+        wait_until(lambda: bodies(c, "orders") == [b"commit-me", b"unsure"], timeout=20, what="the check-backs' commits")
+    with lock:
+        assert (b"unsure", 2) in asked
+        assert {b for b, _n in asked} == {b"commit-me", b"roll-me", b"unsure"}
+
+
+def test_a_half_nobody_resolves_is_set_aside_after_the_maximum_checks(c):
+    with c.transaction_producer("tx-group", lambda m: "unknown") as tp:
+        tp.send("orders", b"limbo")
+        wait_until(lambda: "TRANS_CHECK_MAX_TIME_TOPIC" in c.topics(), timeout=20, what="the half set aside")
+    assert bodies(c, "orders") == []
+
+
+def test_open_halves_stay_open_and_commits_stay_done_across_a_sigkill(servers):
+    node = servers("tx-crash", settings=["transactionTimeOut=60000"])
+    with Client(node.address, timeout=10) as c:
+        c.create_topic("orders", 2)
+        tp = c.transaction_producer("tx-group", lambda m: "unknown")
+        done = tp.send("orders", b"done")
+        pending = tp.send("orders", b"pending")
+        done.commit()
+        wait_until(lambda: bodies(c, "orders") == [b"done"], timeout=10, what="the commit")
+        tp.close()
+    node.kill()
+    node.start()
+    with Client(node.address, timeout=10) as c:
+        pending_tx = pending.id
+        c.end_transaction(pending_tx, "commit")
+        wait_until(lambda: bodies(c, "orders") == [b"done", b"pending"], timeout=10, what="the commit after the restart")
+        with pytest.raises(StoreError):
+            c.end_transaction(done.id, "commit")  # resolved before the crash: not again
+
+
+def test_transactional_sends_that_cannot_work_are_invalid_argument(c):
+    with pytest.raises(StoreError) as e:
+        c.send("orders", b"x", properties={"TRAN_MSG": "true"})
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "PGROUP" in e.value.details
+    with pytest.raises(StoreError) as e:
+        c.send("orders", b"x", properties={"TRAN_MSG": "true", "PGROUP": "g"}, delay=5)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "delayed" in e.value.details
+    with pytest.raises(StoreError) as e:
+        c.end_transaction("garbage", "commit")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "transaction_id" in e.value.details
