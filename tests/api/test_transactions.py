@@ -5,6 +5,7 @@ the half is set aside; a SIGKILL keeps open halves open and commits done."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -110,3 +111,26 @@ def test_transactional_sends_that_cannot_work_are_invalid_argument(c):
     with pytest.raises(StoreError) as e:
         c.end_transaction("garbage", "commit")
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "transaction_id" in e.value.details
+
+
+def test_the_asyncio_client_commits_and_answers_check_backs(node, c):
+    from msgstore.client import AsyncClient
+
+    async def scenario() -> None:
+        async def check(m):
+            return "commit" if m.body == b"async-forgotten" else "rollback"
+
+        ac = AsyncClient(node.address, timeout=10)
+        try:
+            async with ac.transaction_producer("async-tx", check) as tp:
+                tx = await tp.send("orders", b"async-committed")
+                await tx.commit()
+                await tp.send("orders", b"async-forgotten")
+                deadline = time.monotonic() + 20
+                while bodies(c, "orders") != [b"async-committed", b"async-forgotten"] and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+        finally:
+            await ac.close()
+
+    asyncio.run(scenario())
+    assert bodies(c, "orders") == [b"async-committed", b"async-forgotten"]

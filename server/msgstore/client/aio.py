@@ -30,6 +30,7 @@ from .delays import delay_properties, group_properties
 from .pop import AsyncPopCalls
 from .routing import PROBE_TIMEOUT_S, REROUTE, KeyQueueDown, QueueRef, Route, Suspects, known_addresses, nodes_of, on_master, replicated
 from .stream import AsyncSendStream
+from .transactions import AsyncTransactionProducer, end_transaction_async
 
 
 class AsyncClient(AsyncPopCalls):
@@ -272,6 +273,13 @@ class AsyncClient(AsyncPopCalls):
         if found is None and not refresh:  # nobody ready as far as the cached route knows: look again
             found = (await self.route(topic, refresh=True)).read_address(queue)
         return found or queue.address
+
+    def transaction_producer(self, group: str, check) -> AsyncTransactionProducer:
+        """As Client.transaction_producer, on asyncio (``async with``); ``check`` may be async."""
+        return AsyncTransactionProducer(self, group, check)
+
+    async def end_transaction(self, transaction_id: str, resolution: str) -> None:
+        await end_transaction_async(self, transaction_id, resolution)
 
     async def recall(self, handle: str | SendResult) -> None:
         """As Client.recall: cancel a message sent with ``delay``/``deliver_at`` before its time."""

@@ -133,3 +133,94 @@ class TransactionProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def end_transaction_async(client: Any, transaction_id: str, resolution: str) -> None:
+    if resolution not in RESOLUTIONS:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"resolution: one of commit, rollback, unknown; got {resolution!r}")
+    try:
+        h = RecallHandle.decode(transaction_id)
+    except ValueError:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, "transaction_id: not a transaction id this store gave out") from None
+    req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=RESOLUTIONS[resolution])
+    await client._group_call(h.topic, QueueRef(h.group, "", 0), "EndTransaction", req, reads=False)
+
+
+class AsyncTransaction:
+    def __init__(self, client: Any, result: Any):
+        self.client = client
+        self.result = result
+        self.id: str = result.transaction_id
+
+    async def commit(self) -> None:
+        await end_transaction_async(self.client, self.id, "commit")
+
+    async def rollback(self) -> None:
+        await end_transaction_async(self.client, self.id, "rollback")
+
+
+class AsyncTransactionProducer:
+    """TransactionProducer on asyncio: ``check`` may be a plain function or a coroutine
+    function; one listening task per node. Use ``async with`` (or ``await start()`` and
+    ``await close()``)."""
+
+    def __init__(self, client: Any, group: str, check: Callable[[CheckedMessage], Any]):
+        self.client = client
+        self.group = group
+        self.check = check
+        self._tasks: list[Any] = []
+
+    async def start(self) -> AsyncTransactionProducer:
+        import asyncio
+
+        for n in (await self.client.route("", refresh=True)).nodes:
+            self._tasks.append(asyncio.ensure_future(self._listen(n.address)))
+        return self
+
+    async def send(self, topic: str, body: bytes | str, **kw: Any) -> AsyncTransaction:
+        props = {**(kw.pop("properties", None) or {}), "TRAN_MSG": "true", "PGROUP": self.group}
+        res = await self.client.send(topic, body, properties=props, **kw)
+        if not res.ok or not res.transaction_id:
+            raise StoreError(grpc.StatusCode.UNAVAILABLE, f"the half message was not stored: {res.status} {res.error}")
+        return AsyncTransaction(self.client, res)
+
+    async def _listen(self, address: str) -> None:
+        import asyncio
+        import inspect
+
+        while True:
+            try:
+                call = self.client.stub(address).TransactionChecks(
+                    pb.TransactionChecksRequest(producer_group=self.group), metadata=self.client.security.data_metadata() or None
+                )
+                async for c in call:
+                    m = c.message
+                    msg = CheckedMessage(c.transaction_id, m.topic, bytes(m.body), c.check, dict(m.properties), m.msg_id)
+                    try:
+                        decision = self.check(msg)
+                        if inspect.isawaitable(decision):
+                            decision = await decision
+                        await end_transaction_async(self.client, c.transaction_id, decision or "unknown")
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("transaction check-back failed; the store asks again later")
+            except asyncio.CancelledError:
+                raise
+            except grpc.RpcError:
+                pass
+            await asyncio.sleep(0.5)
+
+    async def close(self) -> None:
+        import asyncio
+
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def __aenter__(self) -> AsyncTransactionProducer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
