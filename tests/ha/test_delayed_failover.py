@@ -96,3 +96,26 @@ def test_deliveries_in_flight_come_back_on_the_promoted_follower_and_acked_ones_
         back += on_new.receive("workers", "jobs", 10, invisible=30)
     assert sorted(r.body for r in back) == sorted(r.body for r in got[5:])
     assert all(r.attempt == 2 for r in back)
+
+
+def test_an_open_transaction_is_resolved_on_the_promoted_follower(groups):
+    settings = [*SETTINGS, "transactionTimeOut=500", "transactionCheckInterval=500"]
+    g = groups(2, master=settings, follower=settings)
+    old, new = g.members
+    c = g.client()
+    c.create_topic("jobs", 1)
+    tp = c.transaction_producer("tx", lambda m: "commit")
+    committed = tp.send("jobs", b"committed-before")
+    committed.commit()
+    tp.close()
+    forgotten = c.send("jobs", b"forgotten", properties={"TRAN_MSG": "true", "PGROUP": "tx"})  # never ended
+    assert forgotten.transaction_id
+    caught_up(c, new, old)
+    time.sleep(1.5)  # the follower's once-a-second copy of the transaction progress (no event to wait on)
+    old.kill()
+    wait_until(lambda: not role(c, new).connected, timeout=15, what="the follower to notice its master is gone")
+    assert c.admin(new.address).promote().role == "MASTER"
+    with Client(new.address, timeout=10) as on_new, on_new.transaction_producer("tx", lambda m: "commit"):
+        wait_until(lambda: b"forgotten" in bodies(on_new, new.address), timeout=30, what="the check-back's commit on the new master")
+        got = bodies(on_new, new.address)
+    assert sorted(got) == [b"committed-before", b"forgotten"]  # each once
