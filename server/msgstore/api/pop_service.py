@@ -176,8 +176,11 @@ class PopHandlers:
             else:
                 policy = replace(current, max_deliveries=most)
             entry.update(policy.as_entry())
-            if request.HasField("fifo"):
+            if request.HasField("fifo") and bool(entry.get("consumeMessageOrderly")) != request.fifo:
                 entry["consumeMessageOrderly"] = request.fifo
+                pop = self.server.broker.pop  # type: ignore[union-attr]
+                with pop.lock:
+                    pop.fifo.forget(group)  # its FIFO state starts over from its position
             groups.data_version += 1
             groups.changed()
         await asyncio.get_running_loop().run_in_executor(self.server.executor, groups.persist)

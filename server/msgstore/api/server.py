@@ -487,6 +487,7 @@ class StoreServer:
         if self.metrics is not None:
             self.metrics.watch_broker(weakref.ref(self.broker))
         self.check_listeners = CheckListeners(loop)
+        self.broker.pop.on_queue_change = lambda topic, queue_id: self.waiters.on_arrival(topic, queue_id, 0)  # FIFO: a group may go on
         self.broker.check_back = lambda group, half, message: self.check_listeners.from_thread(self._group_name(), group, half, message)
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:

@@ -101,7 +101,8 @@ class PopService:
         self.may_write = may_write
         self.on_deadline = on_deadline
         self._turn = 0  # where the next receive starts among the queues (none starves)
-        self.fifo = FifoQueues(store)
+        self.on_queue_change: Callable[[str, int], None] = lambda topic, queue_id: None  # (long polls look again)
+        self.fifo = FifoQueues(store, lambda t, q: self.on_queue_change(t, q))
         self.path = os.path.join(store.layout.config_dir, FILE)
         self.lock = threading.RLock()
         self.inflight: dict[int, Checkpoint] = {}  # revive-log offset → checkpoint not finished
@@ -119,13 +120,15 @@ class PopService:
         with self.lock:
             self.done = DoneOffsets.decode(doc.get("progress", {})) if isinstance(doc, dict) else DoneOffsets()
             self.inflight, self.heap = {}, []
-            self.fifo = FifoQueues(self.store)
+            self.fifo = FifoQueues(self.store, lambda t, q: self.on_queue_change(t, q))
+            if isinstance(doc, dict):
+                self.fifo.decode(doc.get("fifo", []))
             self.read_offset = self.done.below
             self.dirty = False
 
     def state_json(self) -> str:
         with self.lock:
-            return json.dumps({"version": 1, "progress": self.done.encode()}, separators=(",", ":"))
+            return json.dumps({"version": 1, "progress": self.done.encode(), "fifo": self.fifo.encode()}, separators=(",", ":"))
 
     def persist(self) -> None:
         state = self.state_if_dirty()
@@ -163,6 +166,12 @@ class PopService:
         lows = [unit[0]] if unit is not None else []
         with self.lock:
             cks = list(self.inflight.values())
+            waiting = self.fifo.waiting_offsets()
+        for t, qid, o in waiting:  # FIFO messages waiting out a backoff come back from their queue
+            wq = self.store.consume_queue(t, qid)
+            u = wq.unit(o) if wq is not None else None
+            if u is not None:
+                lows.append(u[0])
         for ck in cks:
             q = self.store.consume_queue(ck.topic, ck.queue_id)
             u = q.unit(min(ck.pending)) if q is not None and ck.pending else None
@@ -218,7 +227,7 @@ class PopService:
                             self.inflight[off] = rec
                             heapq.heappush(self.heap, (rec.deadline, off))
                             for o, (mg, n) in (rec.fifo or {}).items():
-                                self.fifo.delivered(rec.group, rec.topic, rec.queue_id, o, mg, n)
+                                self.fifo.delivered(rec.group, rec.topic, rec.queue_id, o, mg, n, off)
                         continue
                     if isinstance(rec, AckRecord):
                         for ck_off, o in rec.acks:
@@ -265,7 +274,7 @@ class PopService:
         self.store.groups.ensure(group)
         deadline = now_ms + invisible_ms
         if is_fifo(store.groups.groups.get(group)):
-            return self._receive_fifo(group, topic, max_messages, deadline, now_ms)
+            return self._receive_fifo(group, topic, max_messages, deadline, now_ms, tag_filter)
         retry = retry_topic(group, topic)
         queues = [(topic, q) for q in store.queues_of(topic)] + [(retry, 0)]
         out: list[Delivery] = []
@@ -305,7 +314,9 @@ class PopService:
                     store.commit_offset(group, t, q, next_offset, durable=False)
         return out
 
-    def _receive_fifo(self, group: str, topic: str, max_messages: int, deadline: int, now_ms: int) -> list[Delivery]:
+    def _receive_fifo(
+        self, group: str, topic: str, max_messages: int, deadline: int, now_ms: int, tag_filter: str | None
+    ) -> list[Delivery]:
         """A FIFO group: from each queue, messages of message groups with nothing in flight (fifo.py)."""
         store = self.store
         queues = store.queues_of(topic)
@@ -316,7 +327,7 @@ class PopService:
             for q in queues[turn:] + queues[:turn]:
                 if len(out) >= max_messages:
                     break
-                picked = self.fifo.pick(group, topic, q, max_messages - len(out), now_ms)
+                picked = self.fifo.pick(group, topic, q, max_messages - len(out), now_ms, tag_filter)
                 if not picked:
                     continue
                 offsets = [m.queue_offset for m, _n in picked]
@@ -326,7 +337,7 @@ class PopService:
                 self._track(ck_off, ck)
                 node = self.node()
                 for m, n in picked:
-                    self.fifo.delivered(group, topic, q, m.queue_offset, message_group(m), n)
+                    self.fifo.delivered(group, topic, q, m.queue_offset, message_group(m), n, ck_off)
                     r = Receipt(group, topic, q, m.queue_offset, ck_off, n, node).encode()
                     out.append(Delivery(m, topic, n, r, deadline))
         return out
@@ -393,7 +404,7 @@ class PopService:
                 if ck is None:
                     continue
                 try:
-                    revived = self._revive(ck, now_ms)
+                    revived = self._revive(ck, now_ms, ck_off)
                 except Exception:
                     log.exception("group %s: bringing back %s/%d failed; trying again in %d s", ck.group, ck.topic, ck.queue_id, RETRY_S)
                     revived = False
@@ -406,13 +417,13 @@ class PopService:
         with self.lock:
             return max(0, self.heap[0][0] - now_ms) if self.heap else None
 
-    def _revive(self, ck: Checkpoint, now_ms: int) -> bool:
+    def _revive(self, ck: Checkpoint, now_ms: int, ck_off: int = -1) -> bool:
         """Put every message of ``ck`` still pending on the retry topic (or the DLQ); False when
         the store refused (the checkpoint is tried again)."""
         store = self.store
         policy = RetryPolicy.of_group(store.groups.groups.get(ck.group))
         if ck.fifo is not None:
-            return self._revive_fifo(ck, policy, now_ms)
+            return self._revive_fifo(ck, ck_off, policy, now_ms)
         for off in sorted(ck.pending):
             res = store.get_message(None, ck.topic, ck.queue_id, off, max_msgs=1)
             try:
@@ -465,14 +476,20 @@ class PopService:
                 self.revived += 1
         return True
 
-    def _revive_fifo(self, ck: Checkpoint, policy: RetryPolicy, now_ms: int) -> bool:
+    def _revive_fifo(self, ck: Checkpoint, ck_off: int, policy: RetryPolicy, now_ms: int) -> bool:
         """A FIFO delivery that lapsed comes back at its place after the backoff (nothing of its
-        group overtakes it), or, after its last delivery, goes to the DLQ and lets its group on."""
+        group overtakes it), or, after its last delivery, goes to the DLQ and lets its group on.
+        A checkpoint that is not the message's latest delivery (replayed after a restart) is
+        only closed."""
         assert ck.fifo is not None
         for off in sorted(ck.pending):
             mg, deliveries = ck.fifo.get(off, ("", 1))
+            current = self.fifo.state(ck.group, ck.topic, ck.queue_id).inflight.get(off)
+            if current is None or current[1] != ck_off:
+                ck.pending.discard(off)
+                continue
             if deliveries < policy.max_deliveries:
-                self.fifo.lapsed(ck.group, ck.topic, ck.queue_id, off, now_ms + policy.backoff_ms(deliveries))
+                self.fifo.lapsed(ck.group, ck.topic, ck.queue_id, off, ck_off, now_ms + policy.backoff_ms(deliveries))
                 ck.pending.discard(off)
                 self.revived += 1
                 continue
@@ -492,7 +509,10 @@ class PopService:
                 )
                 if not put.status.stored and put.status not in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
                     return False
-                self.dead_lettered += 1
+                if not put.status.stored:
+                    log.error("FIFO group %s: message %s cannot be set aside (%s) and is dropped", ck.group, origin_id, put.reason)
+                else:
+                    self.dead_lettered += 1
                 log.warning(
                     "FIFO group %s: message %s (message group %r) set aside in %s after %d deliveries",
                     ck.group,
