@@ -134,3 +134,23 @@ def test_the_asyncio_client_commits_and_answers_check_backs(node, c):
 
     asyncio.run(scenario())
     assert bodies(c, "orders") == [b"async-committed", b"async-forgotten"]
+
+
+def test_a_send_retried_with_the_same_id_is_one_transaction(c):
+    """A send retried after a lost answer stores its half twice under one UNIQ_KEY: one
+    outcome for both, the message visible once."""
+    props = {"TRAN_MSG": "true", "PGROUP": "tx-group"}
+    first = c.send("orders", b"twice", properties=props, uniq_key="SAME-ID")
+    second = c.send("orders", b"twice", properties=props, uniq_key="SAME-ID")
+    assert first.transaction_id == second.transaction_id
+    c.end_transaction(first.transaction_id, "commit")
+    wait_until(lambda: bodies(c, "orders") == [b"twice"], timeout=10, what="the commit")
+    time.sleep(1.0)  # an absence: no second copy (the duplicate is rolled back, never checked back)
+    assert bodies(c, "orders") == [b"twice"]
+
+
+def test_a_commit_right_after_the_send_finds_its_half(c):
+    with c.transaction_producer("tx-group", lambda m: "rollback") as tp:
+        for i in range(20):
+            tp.send("orders", b"quick-%d" % i).commit()
+    wait_until(lambda: len(bodies(c, "orders")) == 20, timeout=10, what="twenty commits")

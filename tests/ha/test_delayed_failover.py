@@ -104,10 +104,9 @@ def test_an_open_transaction_is_resolved_on_the_promoted_follower(groups):
     old, new = g.members
     c = g.client()
     c.create_topic("jobs", 1)
-    tp = c.transaction_producer("tx", lambda m: "commit")
+    tp = c.transaction_producer("tx", lambda m: "commit")  # kept across the failover: it listens on the new master
     committed = tp.send("jobs", b"committed-before")
-    committed.commit()
-    tp.close()
+    committed.commit()  # at once: the commit waits for the half's dispatch if it must
     forgotten = c.send("jobs", b"forgotten", properties={"TRAN_MSG": "true", "PGROUP": "tx"})  # never ended
     assert forgotten.transaction_id
     caught_up(c, new, old)
@@ -115,7 +114,8 @@ def test_an_open_transaction_is_resolved_on_the_promoted_follower(groups):
     old.kill()
     wait_until(lambda: not role(c, new).connected, timeout=15, what="the follower to notice its master is gone")
     assert c.admin(new.address).promote().role == "MASTER"
-    with Client(new.address, timeout=10) as on_new, on_new.transaction_producer("tx", lambda m: "commit"):
+    with Client(new.address, timeout=10) as on_new:
         wait_until(lambda: b"forgotten" in bodies(on_new, new.address), timeout=30, what="the check-back's commit on the new master")
         got = bodies(on_new, new.address)
+    tp.close()
     assert sorted(got) == [b"committed-before", b"forgotten"]  # each once

@@ -483,12 +483,13 @@ class StoreServer:
             return
         if self.roles is not None:
             loop.create_task(self._follow_roles())
-        self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_wrote, self._broker_delivers).start()
-        if self.metrics is not None:
-            self.metrics.watch_broker(weakref.ref(self.broker))
+        self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_wrote, self._broker_delivers)
         self.check_listeners = CheckListeners(loop)
         self.broker.pop.on_queue_change = lambda topic, queue_id: self.waiters.on_arrival(topic, queue_id, 0)  # FIFO: a group may go on
         self.broker.check_back = lambda group, half, message: self.check_listeners.from_thread(self._group_name(), group, half, message)
+        self.broker.start()  # (its hooks set first: a check-back due at once is not lost)
+        if self.metrics is not None:
+            self.metrics.watch_broker(weakref.ref(self.broker))
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)

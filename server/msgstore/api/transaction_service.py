@@ -96,11 +96,17 @@ class TransactionHandlers:
     async def TransactionChecks(self, request: pb.TransactionChecksRequest, context):
         group = v.check_group(request.producer_group, "producer_group")
         await self._ready(context)  # type: ignore[attr-defined]
-        listeners = self.server.check_listeners
+        server = self.server
+        if not server._broker_master():  # the client listens on the group's master (after a failover too)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is not its group's master: listen on the master")
+        listeners = server.check_listeners
         q = listeners.add(group)
         try:
-            while not self.server.stopping:
-                check = await q.get()
+            while not server.stopping and server._broker_master():
+                try:
+                    check = await asyncio.wait_for(q.get(), 1.0)
+                except TimeoutError:
+                    continue  # (a look at stopping and the role every second)
                 yield check
         finally:
             listeners.remove(group, q)

@@ -181,13 +181,16 @@ class BrokerServices:
     def _held_by_files(self) -> int | None:
         levels = DelayLevelService(self.store, lambda: self.store.config)
         timer = TimerService(self.store)
+        transactions = TransactionService(self.store, lambda: self.store.config)
         try:
             levels.load()
             timer.load()
+            transactions.load()
         except (OSError, ValueError) as e:
             log.warning("cannot read the copied delay progress (%s): nothing held for it", e)
             return None
-        lows = [p for p in (levels.lowest_pending_phy(), timer.lowest_pending_phy()) if p is not None]
+        held = (levels.lowest_pending_phy(), timer.lowest_pending_phy(), transactions.lowest_pending_phy())
+        lows = [p for p in held if p is not None]
         return min(lows) if lows else None
 
     def followed_state(self) -> dict[str, str]:

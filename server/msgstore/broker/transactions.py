@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from ..record import codec
 from ..record.codec import Message, StoredMessage
-from ..store import GetStatus, MessageStore
+from ..store import GetStatus, MessageStore, PutStatus
 from ..store.config import StoreConfig
 from ..store.layout import TRANSACTION_CHECKPOINT
 from ..store.metadata import read_json, write_atomic
@@ -84,7 +84,9 @@ class TransactionService:
         self.done = DoneOffsets()
         self.read_offset = 0  # the half queue: next offset to take in
         self.op_offset = 0  # the op queue: next offset to apply
-        self.open: dict[str, Half] = {}  # UNIQ_KEY → half not resolved
+        self.open: dict[int, Half] = {}  # half queue offset → half not resolved
+        self.by_uniq: dict[str, list[int]] = {}  # UNIQ_KEY → its open halves (a retried send stores one twice)
+        self.next_ready = 0  # no check is due before this (ms)
         self.dirty = False
         self.committed = self.rolled_back = self.set_aside = 0
 
@@ -97,7 +99,8 @@ class TransactionService:
             self.done = DoneOffsets.decode(doc.get("progress", {}))
             self.op_offset = int(doc.get("opOffset", 0))
             self.read_offset = self.done.below
-            self.open = {}
+            self.open, self.by_uniq = {}, {}
+            self.next_ready = 0
             self.dirty = False
 
     def state_json(self) -> str:
@@ -136,29 +139,37 @@ class TransactionService:
         message is completed here: the crash came between the two)."""
         store = self.store
         while self.read_offset < store.max_offset(HALF_TOPIC, 0):
-            got, nxt = self._read(HALF_TOPIC, self.read_offset)
-            if not got:
-                if nxt <= self.read_offset:
+            start = self.read_offset
+            got, nxt = self._read(HALF_TOPIC, start)
+            with self.lock:
+                if self.read_offset != start:
+                    continue  # another thread took these in meanwhile
+                returned = {m.queue_offset for m in got}
+                for gone in range(start, max(nxt, start)):  # cleaned away (forced, disk full): nothing to resolve there
+                    if gone not in returned and gone not in self.done:
+                        log.error("half message %d is gone before it was resolved (deleted under disk pressure)", gone)
+                        self.done.add(gone)
+                        self.dirty = True
+                for m in got:
+                    if m.queue_offset not in self.done and m.queue_offset not in self.open:
+                        uniq = m.properties.get(PROP_UNIQ_KEY, m.msg_id)
+                        self.open[m.queue_offset] = Half(m.queue_offset, m.properties.get(PROP_PRODUCER_GROUP, ""), uniq, m.store_timestamp)
+                        self.by_uniq.setdefault(uniq, []).append(m.queue_offset)
+                        self.next_ready = 0
+                if nxt <= start:
                     break
                 self.read_offset = nxt
-                continue
-            with self.lock:
-                for m in got:
-                    if m.queue_offset not in self.done:
-                        uniq = m.properties.get(PROP_UNIQ_KEY, m.msg_id)
-                        self.open[uniq] = Half(m.queue_offset, m.properties.get(PROP_PRODUCER_GROUP, ""), uniq, m.store_timestamp)
-                self.read_offset = got[-1].queue_offset + 1
         while self.op_offset < store.max_offset(OP_TOPIC, 0):
-            got, nxt = self._read(OP_TOPIC, self.op_offset)
-            if not got:
-                if nxt <= self.op_offset:
-                    break
-                self.op_offset = nxt
-                continue
+            start = self.op_offset
+            got, nxt = self._read(OP_TOPIC, start)
             with self.lock:
+                if self.op_offset != start:
+                    continue
                 for m in got:
                     self._apply_op(m)
-                self.op_offset = got[-1].queue_offset + 1
+                if nxt <= start:
+                    break
+                self.op_offset = nxt
                 self.dirty = True
 
     def _apply_op(self, op: StoredMessage) -> None:
@@ -170,15 +181,23 @@ class TransactionService:
         if half in self.done:
             return
         if op.tags == "c":
-            self._complete_commit(half, int(doc.get("from", 0)))
+            try:
+                self._complete_commit(half, int(doc.get("from", 0)))
+            except TransactionUnavailable as e:  # the store refuses writes now: the op is read again later
+                log.warning("completing the commit of half %d waits: %s", half, e)
+                raise
         self._resolved(half)
 
     def _resolved(self, half: int) -> None:
         self.done.add(half)
         self.dirty = True
-        for uniq, h in list(self.open.items()):
-            if h.offset == half:
-                del self.open[uniq]
+        h = self.open.pop(half, None)
+        if h is not None:
+            rest = [o for o in self.by_uniq.get(h.uniq, []) if o != half]
+            if rest:
+                self.by_uniq[h.uniq] = rest
+            else:
+                self.by_uniq.pop(h.uniq, None)
 
     # ------------------------------------------------------------------ ending a transaction
 
@@ -187,10 +206,17 @@ class TransactionService:
         TransactionUnknown, TransactionUnavailable."""
         self.take_new()
         with self.lock:
-            h = self.open.get(uniq)
-            if h is None:
+            found = self.by_uniq.get(uniq)
+        if not found:  # (sent a moment ago: the answer to its send can come before its dispatch)
+            self.store.wait_dispatched(5)
+            self.take_new()
+        with self.lock:
+            halves = [self.open[o] for o in sorted(self.by_uniq.get(uniq, [])) if o in self.open]
+            if not halves:
                 raise TransactionUnknown(f"no open transaction {uniq} here: it was resolved already, or it is not this node's")
-            self._end(h, "c" if commit else "r")
+            self._end(halves[0], "c" if commit else "r")
+            for dup in halves[1:]:  # the same message stored twice (a send retried): one outcome only
+                self._end(dup, "r")
 
     def _end(self, h: Half, action: str) -> None:
         if not self.may_write():
@@ -225,7 +251,11 @@ class TransactionService:
             raise TransactionUnavailable(f"{res.status.name} {res.reason}")
 
     def _half(self, offset: int) -> StoredMessage | None:
-        got, _ = self._read(HALF_TOPIC, offset)
+        res = self.store.get_message(None, HALF_TOPIC, 0, offset, max_msgs=1)
+        try:
+            got = res.messages() if res.status is GetStatus.FOUND else []
+        finally:
+            res.release()
         return got[0] if got and got[0].queue_offset == offset else None
 
     def _put_committed(self, half_offset: int, half: StoredMessage, real: Message) -> None:
@@ -233,7 +263,9 @@ class TransactionService:
         props[PROP_HALF_OFFSET] = str(half_offset)
         msg = replace(real, properties=props, sys_flag=(real.sys_flag & ~codec.TRANSACTION_MASK) | codec.TRANSACTION_COMMIT)
         res = self.store.put_messages(msg.topic, msg.queue_id, [msg])
-        if not res.status.stored:
+        if res.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):  # for good (its topic deleted, ...)
+            log.error("committed transaction %d cannot be stored on %s/%d (%s): dropped", half_offset, msg.topic, msg.queue_id, res.reason)
+        elif not res.status.stored:
             raise TransactionUnavailable(f"{res.status.name} {res.reason}")
 
     def _complete_commit(self, half_offset: int, frm: int) -> None:
@@ -241,6 +273,7 @@ class TransactionService:
         half = self._half(half_offset)
         real = restored(half) if half is not None else None
         if half is None or real is None:
+            log.error("committed transaction %d: its half message is gone, its message cannot be completed", half_offset)
             return
         at = frm
         while at < self.store.max_offset(real.topic, real.queue_id):
@@ -268,7 +301,10 @@ class TransactionService:
         out: list[tuple[Half, StoredMessage]] = []
         wait: int | None = None
         with self.lock:
-            for h in list(self.open.values()):
+            if now_ms < self.next_ready:
+                return out, self.next_ready - now_ms
+            firsts = [self.open[min(offs)] for offs in self.by_uniq.values() if offs and min(offs) in self.open]
+            for h in firsts:  # (a message stored twice is asked about once)
                 ready = max(h.stored_ms + cfg.transactionTimeOut, h.next_check_ms)
                 if ready > now_ms:
                     wait = ready - now_ms if wait is None else min(wait, ready - now_ms)
@@ -287,4 +323,5 @@ class TransactionService:
                 h.next_check_ms = now_ms + cfg.transactionCheckInterval
                 wait = cfg.transactionCheckInterval if wait is None else min(wait, cfg.transactionCheckInterval)
                 out.append((h, half))
+            self.next_ready = now_ms + wait if wait is not None else now_ms + cfg.transactionCheckInterval
         return out, wait

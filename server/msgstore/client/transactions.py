@@ -82,7 +82,7 @@ class TransactionProducer:
         self._calls: list[Any] = []
         self._lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._listen, args=(n.address,), name=f"tx-checks-{n.name}", daemon=True)
+            threading.Thread(target=self._listen, args=(n.name, n.address), name=f"tx-checks-{n.name}", daemon=True)
             for n in client.route("", refresh=True).nodes
         ]
         for t in self._threads:
@@ -95,14 +95,20 @@ class TransactionProducer:
             raise StoreError(grpc.StatusCode.UNAVAILABLE, f"the half message was not stored: {res.status} {res.error}")
         return Transaction(self.client, res)
 
-    def _listen(self, address: str) -> None:
+    def _listen(self, node: str, address: str) -> None:
+        """Listen on ``node``'s master: after the stream ends (a failover, a restart) the route
+        is read again and the listening goes on at whoever is the master now."""
         while not self._stop.is_set():
+            call = None
             try:
                 stub = self.client.stub(address)
                 call = stub.TransactionChecks(
                     pb.TransactionChecksRequest(producer_group=self.group), metadata=self.client.security.data_metadata() or None
                 )
                 with self._lock:
+                    if self._stop.is_set():
+                        call.cancel()
+                        return
                     self._calls.append(call)
                 for c in call:
                     m = c.message
@@ -116,9 +122,20 @@ class TransactionProducer:
                         end_transaction(self.client, c.transaction_id, decision or "unknown")
                     except StoreError as e:
                         log.warning("could not end transaction %s: %s", c.transaction_id, e)
-            except grpc.RpcError:
+            except Exception as e:  # (grpc.RpcError, or a client closed under us)
+                if not isinstance(e, grpc.RpcError):
+                    log.warning("transaction check-backs from %s: %s", node, e)
+            finally:
+                with self._lock:
+                    if call is not None and call in self._calls:
+                        self._calls.remove(call)
+            if self._stop.wait(0.5):  # the stream ended (a restart, a failover): listen again
+                return
+            try:
+                found = self.client.route("", refresh=True).node(node)
+                address = found.address if found is not None else address
+            except StoreError:
                 pass
-            self._stop.wait(0.5)  # the stream ended (a restart, a failover): listen again
 
     def close(self) -> None:
         self._stop.set()
@@ -174,7 +191,7 @@ class AsyncTransactionProducer:
         import asyncio
 
         for n in (await self.client.route("", refresh=True)).nodes:
-            self._tasks.append(asyncio.ensure_future(self._listen(n.address)))
+            self._tasks.append(asyncio.ensure_future(self._listen(n.name, n.address)))
         return self
 
     async def send(self, topic: str, body: bytes | str, **kw: Any) -> AsyncTransaction:
@@ -184,7 +201,7 @@ class AsyncTransactionProducer:
             raise StoreError(grpc.StatusCode.UNAVAILABLE, f"the half message was not stored: {res.status} {res.error}")
         return AsyncTransaction(self.client, res)
 
-    async def _listen(self, address: str) -> None:
+    async def _listen(self, node: str, address: str) -> None:
         import asyncio
         import inspect
 
@@ -209,7 +226,12 @@ class AsyncTransactionProducer:
                 raise
             except grpc.RpcError:
                 pass
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the stream ended (a restart, a failover): the group's master now
+            try:
+                found = (await self.client.route("", refresh=True)).node(node)
+                address = found.address if found is not None else address
+            except StoreError:
+                pass
 
     async def close(self) -> None:
         import asyncio
