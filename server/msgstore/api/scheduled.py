@@ -36,6 +36,16 @@ def may_schedule(raw: bytes | bytearray) -> bool:
     return any(m in raw for m in _MARKERS)
 
 
+def _check_destination(server: StoreServer, m: codec.Message, i: int) -> None:
+    """The real topic and queue of a message that waits in a system topic: checked now, not
+    when it is due (or committed)."""
+    if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
+        raise v.InvalidArgument(f"entries[{i}].topic", f"topic {m.topic} does not exist (autoCreateTopicEnable is off)")
+    limit = server.queue_count(m.topic)
+    if m.queue_id >= limit:
+        raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
+
+
 def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int, str]:
     """Move every message that asks for a delay to its system topic (in place); the recall
     handles of timer messages by entry index. Raises InvalidArgument naming the field."""
@@ -49,11 +59,7 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
         broker = server.broker
         if broker is None:
             raise v.InvalidArgument(f"entries[{i}].properties", "delayed delivery is not running on this node yet")
-        if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
-            raise v.InvalidArgument(f"entries[{i}].topic", f"topic {m.topic} does not exist (autoCreateTopicEnable is off)")
-        limit = server.queue_count(m.topic)
-        if m.queue_id >= limit:
-            raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
+        _check_destination(server, m, i)
         try:
             msgs[i], handle = broker.scheduler.prepare(m)
         except DelayRefused as e:
@@ -80,11 +86,7 @@ def _half(server: StoreServer, msgs: list[codec.Message], i: int) -> str:
         raise v.InvalidArgument(f"entries[{i}].properties", "a transactional message cannot be delayed too")
     if server.broker is None:
         raise v.InvalidArgument(f"entries[{i}].properties", "transactions are not running on this node yet")
-    if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
-        raise v.InvalidArgument(f"entries[{i}].topic", f"topic {m.topic} does not exist (autoCreateTopicEnable is off)")
-    limit = server.queue_count(m.topic)
-    if m.queue_id >= limit:
-        raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
+    _check_destination(server, m, i)
     uniq = m.properties.get(PROP_UNIQ_KEY) or uuid.uuid4().hex.upper()
     msgs[i] = to_half(replace(m, properties={**m.properties, PROP_UNIQ_KEY: uniq}))
     ensure_topic(server.store, HALF_TOPIC, 1)

@@ -19,11 +19,12 @@ import threading
 from collections.abc import Callable, Iterator
 
 from ..record.codec import Message, StoredMessage
-from ..store import GetStatus, MessageStore
+from ..store import MessageStore
 from ..store.config import StoreConfig
 from ..store.layout import DELAY_OFFSET
 from ..store.metadata import read_json, write_atomic
 from .delivery import deliver, restored
+from .queue_reading import read_batch
 from .system_topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -104,14 +105,8 @@ class DelayLevelService:
             )
             self._advance(level, at)
         while at < store.max_offset(SCHEDULE_TOPIC, qid):
-            res = store.get_message(None, SCHEDULE_TOPIC, qid, at, max_msgs=BATCH)
-            try:
-                found = res.status is GetStatus.FOUND
-                stored = res.messages() if found else []
-                next_offset = res.next_offset
-            finally:
-                res.release()
-            if not found:
+            stored, next_offset = read_batch(store, SCHEDULE_TOPIC, qid, at, BATCH)
+            if not stored:
                 if next_offset <= at:
                     return 1000  # not readable yet (a unit ahead of its record): look again soon
                 log.error(

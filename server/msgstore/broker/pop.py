@@ -39,6 +39,7 @@ from ..store.metadata import read_json, write_atomic
 from .delivery import ensure_topic
 from .fifo import FifoQueues, message_group
 from .progress import DoneOffsets
+from .queue_reading import phy_of, read_batch, read_one
 from .retry_policy import RetryPolicy
 from .revive_log import AckRecord, Checkpoint, ack_record, parse
 from .scheduling import Scheduler
@@ -156,14 +157,10 @@ class PopService:
 
     def lowest_pending_phy(self) -> int | None:
         """The oldest message still in flight keeps its segment (and the revive log's)."""
-        cq = self.store.consume_queue(REVIVE_TOPIC, 0)
-        if cq is None:
-            return None
         with self.lock:
             first = self.done.first_pending()
-        at = max(first, cq.min_offset)
-        unit = cq.unit(at) if at < cq.max_offset else None
-        lows = [unit[0]] if unit is not None else []
+        log_phy = phy_of(self.store, REVIVE_TOPIC, 0, first)
+        lows = [log_phy] if log_phy is not None else []
         with self.lock:
             cks = list(self.inflight.values())
             waiting = self.fifo.waiting_offsets()
@@ -204,14 +201,8 @@ class PopService:
         promotion) become in flight, acks finish what they name."""
         store = self.store
         while self.read_offset < store.max_offset(REVIVE_TOPIC, 0):
-            res = store.get_message(None, REVIVE_TOPIC, 0, self.read_offset, max_msgs=BATCH)
-            try:
-                found = res.status is GetStatus.FOUND
-                stored = res.messages() if found else []
-                next_offset = res.next_offset
-            finally:
-                res.release()
-            if not found:
+            stored, next_offset = read_batch(store, REVIVE_TOPIC, 0, self.read_offset, BATCH)
+            if not stored:
                 if next_offset <= self.read_offset:
                     return
                 self.read_offset = next_offset
@@ -425,16 +416,12 @@ class PopService:
         if ck.fifo is not None:
             return self._revive_fifo(ck, ck_off, policy, now_ms)
         for off in sorted(ck.pending):
-            res = store.get_message(None, ck.topic, ck.queue_id, off, max_msgs=1)
-            try:
-                got = res.messages() if res.status is GetStatus.FOUND else []
-            finally:
-                res.release()
-            if not got or got[0].queue_offset != off:
+            found = read_one(store, ck.topic, ck.queue_id, off)
+            if found is None:
                 log.error("%s/%d offset %d of group %s is gone (retention): it cannot come back", ck.topic, ck.queue_id, off, ck.group)
                 ck.pending.discard(off)
                 continue
-            m = got[0]
+            m = found
             deliveries = m.reconsume_times + 1
             original = m.properties.get(PROP_RETRY_TOPIC, ck.topic) if ck.topic.startswith("%RETRY%") else ck.topic
             origin_id = m.properties.get(PROP_ORIGIN_MESSAGE_ID) or m.properties.get(PROP_UNIQ_KEY) or m.msg_id
@@ -493,13 +480,9 @@ class PopService:
                 ck.pending.discard(off)
                 self.revived += 1
                 continue
-            res = self.store.get_message(None, ck.topic, ck.queue_id, off, max_msgs=1)
-            try:
-                got = res.messages() if res.status is GetStatus.FOUND else []
-            finally:
-                res.release()
-            if got and got[0].queue_offset == off:
-                m = got[0]
+            m_or_none = read_one(self.store, ck.topic, ck.queue_id, off)
+            if m_or_none is not None:
+                m = m_or_none
                 origin_id = m.properties.get(PROP_UNIQ_KEY) or m.msg_id
                 props = {**m.properties, PROP_DLQ_ORIGIN_TOPIC: ck.topic, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id}
                 target = dlq_topic(ck.group)

@@ -30,6 +30,7 @@ from ..store.layout import TIMER_CHECK
 from ..store.metadata import read_json, write_atomic
 from .delivery import deliver, ensure_topic, restored
 from .progress import DoneOffsets
+from .queue_reading import phy_of, read_batch
 from .system_topics import (
     PROP_REAL_QID,
     PROP_REAL_TOPIC,
@@ -95,14 +96,9 @@ class TimerService:
         return len(self.heap) + max(0, self.store.max_offset(TIMER_TOPIC, 0) - self.read_offset)
 
     def lowest_pending_phy(self) -> int | None:
-        cq = self.store.consume_queue(TIMER_TOPIC, 0)
-        if cq is None:
-            return None
         with self.lock:
             first = self.done.first_pending()
-        at = max(first, cq.min_offset)
-        unit = cq.unit(at) if at < cq.max_offset else None
-        return unit[0] if unit is not None else None
+        return phy_of(self.store, TIMER_TOPIC, 0, first)
 
     # ------------------------------------------------------------------ loading
 
@@ -110,14 +106,8 @@ class TimerService:
         """Read the messages stored since the last look into the heap; markers recall."""
         store = self.store
         while self.read_offset < store.max_offset(TIMER_TOPIC, 0):
-            res = store.get_message(None, TIMER_TOPIC, 0, self.read_offset, max_msgs=BATCH)
-            try:
-                found = res.status is GetStatus.FOUND
-                stored = res.messages() if found else []
-                next_offset = res.next_offset
-            finally:
-                res.release()
-            if not found:
+            stored, next_offset = read_batch(store, TIMER_TOPIC, 0, self.read_offset, BATCH)
+            if not stored:
                 if next_offset <= self.read_offset:
                     return
                 self.read_offset = next_offset

@@ -25,12 +25,13 @@ from dataclasses import dataclass, replace
 
 from ..record import codec
 from ..record.codec import Message, StoredMessage
-from ..store import GetStatus, MessageStore, PutStatus
+from ..store import MessageStore, PutStatus
 from ..store.config import StoreConfig
 from ..store.layout import TRANSACTION_CHECKPOINT
 from ..store.metadata import read_json, write_atomic
 from .delivery import ensure_topic, restored
 from .progress import DoneOffsets
+from .queue_reading import phy_of, read_batch, read_one
 from .system_topics import PROP_REAL_QID, PROP_REAL_TOPIC, PROP_UNIQ_KEY
 
 log = logging.getLogger(__name__)
@@ -116,23 +117,14 @@ class TransactionService:
         write_atomic(self.path, state.encode())
 
     def lowest_pending_phy(self) -> int | None:
-        cq = self.store.consume_queue(HALF_TOPIC, 0)
-        if cq is None:
-            return None
         with self.lock:
             first = self.done.first_pending()
-        at = max(first, cq.min_offset)
-        unit = cq.unit(at) if at < cq.max_offset else None
-        return unit[0] if unit is not None else None
+        return phy_of(self.store, HALF_TOPIC, 0, first)
 
     # ------------------------------------------------------------------ reading the queues
 
     def _read(self, topic: str, start: int) -> tuple[list[StoredMessage], int]:
-        res = self.store.get_message(None, topic, 0, start, max_msgs=BATCH)
-        try:
-            return (res.messages() if res.status is GetStatus.FOUND else []), res.next_offset
-        finally:
-            res.release()
+        return read_batch(self.store, topic, 0, start, BATCH)
 
     def take_new(self) -> None:
         """New halves into the open set; op records applied (a commit found without its
@@ -251,12 +243,7 @@ class TransactionService:
             raise TransactionUnavailable(f"{res.status.name} {res.reason}")
 
     def _half(self, offset: int) -> StoredMessage | None:
-        res = self.store.get_message(None, HALF_TOPIC, 0, offset, max_msgs=1)
-        try:
-            got = res.messages() if res.status is GetStatus.FOUND else []
-        finally:
-            res.release()
-        return got[0] if got and got[0].queue_offset == offset else None
+        return read_one(self.store, HALF_TOPIC, 0, offset)
 
     def _put_committed(self, half_offset: int, half: StoredMessage, real: Message) -> None:
         props = {k: v for k, v in real.properties.items() if k not in (PROP_TRANSACTION_PREPARED, PROP_PRODUCER_GROUP)}
@@ -277,12 +264,7 @@ class TransactionService:
             return
         at = frm
         while at < self.store.max_offset(real.topic, real.queue_id):
-            res = self.store.get_message(None, real.topic, real.queue_id, at, max_msgs=BATCH)
-            try:
-                got = res.messages() if res.status is GetStatus.FOUND else []
-                nxt = res.next_offset
-            finally:
-                res.release()
+            got, nxt = read_batch(self.store, real.topic, real.queue_id, at, BATCH)
             if any(m.properties.get(PROP_HALF_OFFSET) == str(half_offset) for m in got):
                 return
             if nxt <= at:

@@ -46,15 +46,20 @@ class CheckedMessage:
     msg_id: str = ""
 
 
-def end_transaction(client: Any, transaction_id: str, resolution: str) -> None:
+def _end_request(transaction_id: str, resolution: str) -> tuple[str, QueueRef, pb.EndTransactionRequest]:
+    """(topic, the group's queue, request) of an EndTransaction: where it goes and what it says."""
     if resolution not in RESOLUTIONS:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"resolution: one of commit, rollback, unknown; got {resolution!r}")
     try:
         h = RecallHandle.decode(transaction_id)
     except ValueError:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, "transaction_id: not a transaction id this store gave out") from None
-    req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=RESOLUTIONS[resolution])
-    client._group_call(h.topic, QueueRef(h.group, "", 0), "EndTransaction", req, reads=False)
+    return h.topic, QueueRef(h.group, "", 0), pb.EndTransactionRequest(transaction_id=transaction_id, resolution=RESOLUTIONS[resolution])
+
+
+def end_transaction(client: Any, transaction_id: str, resolution: str) -> None:
+    topic, queue, req = _end_request(transaction_id, resolution)
+    client._group_call(topic, queue, "EndTransaction", req, reads=False)
 
 
 class Transaction:
@@ -153,14 +158,8 @@ class TransactionProducer:
 
 
 async def end_transaction_async(client: Any, transaction_id: str, resolution: str) -> None:
-    if resolution not in RESOLUTIONS:
-        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"resolution: one of commit, rollback, unknown; got {resolution!r}")
-    try:
-        h = RecallHandle.decode(transaction_id)
-    except ValueError:
-        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, "transaction_id: not a transaction id this store gave out") from None
-    req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=RESOLUTIONS[resolution])
-    await client._group_call(h.topic, QueueRef(h.group, "", 0), "EndTransaction", req, reads=False)
+    topic, queue, req = _end_request(transaction_id, resolution)
+    await client._group_call(topic, queue, "EndTransaction", req, reads=False)
 
 
 class AsyncTransaction:
