@@ -154,3 +154,14 @@ def test_a_commit_right_after_the_send_finds_its_half(c):
         for i in range(20):
             tp.send("orders", b"quick-%d" % i).commit()
     wait_until(lambda: len(bodies(c, "orders")) == 20, timeout=10, what="twenty commits")
+
+
+def test_a_late_copy_of_a_resolved_transaction_gets_no_second_outcome(c):
+    props = {"TRAN_MSG": "true", "PGROUP": "tx-group"}
+    first = c.send("orders", b"once", properties=props, uniq_key="LATE-ID")
+    c.end_transaction(first.transaction_id, "commit")
+    wait_until(lambda: bodies(c, "orders") == [b"once"], timeout=10, what="the commit")
+    with c.transaction_producer("tx-group", lambda m: "commit"):  # it would commit anything asked about
+        c.send("orders", b"once", properties=props, uniq_key="LATE-ID")  # the retried send lands after the commit
+        time.sleep(1.5)  # an absence, past several check rounds
+    assert bodies(c, "orders") == [b"once"]

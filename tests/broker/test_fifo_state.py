@@ -106,3 +106,28 @@ def test_tag_filters_apply_to_fifo_groups(store):
     put(store, "y", "b", tags="TagY")
     p = pop_of(store)
     assert bodies(p.receive("g", "t", 10, 60_000, store.clock.now_ms(), "TagY")) == ["y"]
+
+
+def test_a_nacked_fifo_message_comes_back_first(store):
+    put(store, "a0", "a")
+    put(store, "a1", "a")
+    store.groups.groups["g"]["groupRetryPolicy"] = {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [100]}}
+    p = pop_of(store)
+    (d,) = p.receive("g", "t", 10, 60_000, store.clock.now_ms())
+    p.change_invisible(Receipt.decode(d.receipt), 0, store.clock.now_ms())  # a nack
+    p.run_due(store.clock.now_ms())
+    store.clock.advance(200)
+    got = p.receive("g", "t", 10, 60_000, store.clock.now_ms())
+    assert [(x.message.body, x.attempt) for x in got] == [(b"a0", 2)]
+
+
+def test_a_waiting_message_a_filter_now_excludes_still_holds_its_group_back(store):
+    put(store, "a0", "a", tags="B")
+    put(store, "a1", "a", tags="A")
+    p = pop_of(store)
+    assert bodies(p.receive("g", "t", 10, 1_000, store.clock.now_ms())) == ["a0"]
+    store.clock.advance(2_000)
+    p.run_due(store.clock.now_ms())  # a0 lapsed: back in 600 s
+    assert bodies(p.receive("g", "t", 10, 60_000, store.clock.now_ms(), "A")) == []  # a1 must not overtake it
+    store.clock.advance(600_000)
+    assert bodies(p.receive("g", "t", 10, 60_000, store.clock.now_ms(), "A")) == ["a1"]  # a0 filtered out once due

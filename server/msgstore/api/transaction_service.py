@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from ..broker.system_topics import PROP_REAL_QID, PROP_REAL_TOPIC
-from ..broker.transactions import Half, TransactionUnavailable, TransactionUnknown
+from ..broker.transactions import CommitRefused, Half, TransactionUnavailable, TransactionUnknown
 from ..record.codec import StoredMessage
 from ..record.recall_handle import RecallHandle
 from ..v1 import msgstore_pb2 as pb
@@ -88,6 +88,8 @@ class TransactionHandlers:
             )
         except TransactionUnknown as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"transaction_id: {e}")
+        except CommitRefused as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the commit is recorded but {e}")
         except TransactionUnavailable as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the transaction did not end: {e}")
         server._broker_wrote()

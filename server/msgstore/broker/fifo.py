@@ -87,7 +87,9 @@ class FifoQueues:
         # group before it was necessarily finished (a restart forgot it): it never goes again
         held = {g: o for o, (g, _ck) in st.inflight.items() if g}
         held.update({g: o for o, g in st.lapsed_group.items() if g and o < held.get(g, o + 1)})
-        blocked: set[str] = set()
+        # a group whose message waits out its backoff stays blocked even if the store no longer
+        # returns that message (a tag filter now excludes it, or it was cleaned away)
+        blocked = {g for o, g in st.lapsed_group.items() if g and st.not_before.get(o, 0) > now_ms}
         out: list[tuple[StoredMessage, int]] = []
         at = st.position
         limit = at + SCAN_LIMIT
@@ -102,8 +104,9 @@ class FifoQueues:
                 break
             returned = {m.queue_offset for m in msgs}
             for gap in range(at, next_offset):  # skipped by the store: nothing to deliver there
-                if gap not in returned and gap not in st.inflight and gap not in st.not_before:
-                    self._finish(st, gap)
+                waiting = st.not_before.get(gap)
+                if gap not in returned and gap not in st.inflight and (waiting is None or waiting <= now_ms):
+                    self._finish(st, gap)  # (a lapsed one the store skips once its time has come: filtered out, or gone)
             for m in msgs:
                 off, mg = m.queue_offset, message_group(m)
                 if off in st.finished or off in st.inflight:
@@ -211,6 +214,8 @@ class FifoQueues:
                 st.position = int(position)
             st.finished.update(int(o) for o in finished if int(o) >= st.position)
             for o, nb, mg, n in lapsed:
+                if int(o) < st.position:
+                    continue  # (finished since: its positions were saved after)
                 st.not_before[int(o)] = int(nb)
                 st.lapsed_group[int(o)] = str(mg)
                 st.attempts[int(o)] = int(n)

@@ -379,6 +379,9 @@ class PopService:
             self._acked(receipt.checkpoint, receipt.offset, finished=False)
             ck_off = first + 1
             self._track(ck_off, ck)
+            if fifo is not None:  # the message's latest delivery is the new checkpoint now
+                mg, n = fifo[receipt.offset]
+                self.fifo.delivered(old.group, old.topic, old.queue_id, receipt.offset, mg, n, ck_off)
             return Receipt(old.group, old.topic, old.queue_id, receipt.offset, ck_off, receipt.attempt, self.node()).encode(), deadline
 
     # ------------------------------------------------------------------ revive

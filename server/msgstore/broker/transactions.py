@@ -16,6 +16,7 @@ after that point are read again at start.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -44,6 +45,7 @@ PROP_PRODUCER_GROUP = "PGROUP"
 PROP_HALF_OFFSET = "TRAN_HALF_OFFSET"  # ours, on a committed message: the half it came from
 FILE = TRANSACTION_CHECKPOINT
 BATCH = 256
+RESOLVED_KEPT = 100_000  # recent outcomes kept, so a late copy of a resolved message is rolled back, not asked about
 
 
 class TransactionUnknown(Exception):
@@ -52,6 +54,11 @@ class TransactionUnknown(Exception):
 
 class TransactionUnavailable(Exception):
     """The store takes no write now."""
+
+
+class CommitRefused(Exception):
+    """The commit is recorded, but the message's topic refuses it for good (deleted meanwhile,
+    queue out of range, grown too large): nothing became visible."""
 
 
 @dataclass
@@ -87,6 +94,7 @@ class TransactionService:
         self.op_offset = 0  # the op queue: next offset to apply
         self.open: dict[int, Half] = {}  # half queue offset → half not resolved
         self.by_uniq: dict[str, list[int]] = {}  # UNIQ_KEY → its open halves (a retried send stores one twice)
+        self.resolved_uniq: collections.OrderedDict[str, str] = collections.OrderedDict()  # recent outcomes: a late copy gets none
         self.next_ready = 0  # no check is due before this (ms)
         self.dirty = False
         self.committed = self.rolled_back = self.set_aside = 0
@@ -101,6 +109,7 @@ class TransactionService:
             self.op_offset = int(doc.get("opOffset", 0))
             self.read_offset = self.done.below
             self.open, self.by_uniq = {}, {}
+            self.resolved_uniq = collections.OrderedDict()
             self.next_ready = 0
             self.dirty = False
 
@@ -137,11 +146,14 @@ class TransactionService:
                 if self.read_offset != start:
                     continue  # another thread took these in meanwhile
                 returned = {m.queue_offset for m in got}
-                for gone in range(start, max(nxt, start)):  # cleaned away (forced, disk full): nothing to resolve there
-                    if gone not in returned and gone not in self.done:
-                        log.error("half message %d is gone before it was resolved (deleted under disk pressure)", gone)
-                        self.done.add(gone)
-                        self.dirty = True
+                gone = [o for o in range(start, max(nxt, start)) if o not in returned and o not in self.done]
+                if gone:  # cleaned away (forced, disk full): nothing to resolve there
+                    log.error(
+                        "%d half message(s) from %d are gone before they were resolved (deleted under disk pressure)", len(gone), gone[0]
+                    )
+                    for o in gone:
+                        self.done.add(o)
+                    self.dirty = True
                 for m in got:
                     if m.queue_offset not in self.done and m.queue_offset not in self.open:
                         uniq = m.properties.get(PROP_UNIQ_KEY, m.msg_id)
@@ -157,8 +169,12 @@ class TransactionService:
             with self.lock:
                 if self.op_offset != start:
                     continue
-                for m in got:
-                    self._apply_op(m)
+                try:
+                    for m in got:
+                        self._apply_op(m)
+                except TransactionUnavailable as e:  # read again next time; the other services go on meanwhile
+                    log.warning("completing a commit waits: %s", e)
+                    return
                 if nxt <= start:
                     break
                 self.op_offset = nxt
@@ -173,17 +189,19 @@ class TransactionService:
         if half in self.done:
             return
         if op.tags == "c":
-            try:
-                self._complete_commit(half, int(doc.get("from", 0)))
-            except TransactionUnavailable as e:  # the store refuses writes now: the op is read again later
-                log.warning("completing the commit of half %d waits: %s", half, e)
-                raise
-        self._resolved(half)
+            self._complete_commit(half, int(doc.get("from", 0)))  # (TransactionUnavailable: read again later)
+        self._resolved(half, str(doc.get("u", "")), str(op.tags or ""))
 
-    def _resolved(self, half: int) -> None:
+    def _resolved(self, half: int, uniq: str = "", action: str = "") -> None:
         self.done.add(half)
         self.dirty = True
         h = self.open.pop(half, None)
+        uniq = h.uniq if h is not None else uniq
+        if uniq:
+            self.resolved_uniq[uniq] = action
+            self.resolved_uniq.move_to_end(uniq)
+            while len(self.resolved_uniq) > RESOLVED_KEPT:
+                self.resolved_uniq.popitem(last=False)
         if h is not None:
             rest = [o for o in self.by_uniq.get(h.uniq, []) if o != half]
             if rest:
@@ -206,9 +224,9 @@ class TransactionService:
             halves = [self.open[o] for o in sorted(self.by_uniq.get(uniq, [])) if o in self.open]
             if not halves:
                 raise TransactionUnknown(f"no open transaction {uniq} here: it was resolved already, or it is not this node's")
-            self._end(halves[0], "c" if commit else "r")
-            for dup in halves[1:]:  # the same message stored twice (a send retried): one outcome only
+            for dup in halves[1:]:  # the same message stored twice (a send retried): one outcome, the copies first
                 self._end(dup, "r")
+            self._end(halves[0], "c" if commit else "r")
 
     def _end(self, h: Half, action: str) -> None:
         if not self.may_write():
@@ -222,22 +240,25 @@ class TransactionService:
         real = restored(half)
         if action == "c" and real is not None:
             frm = self.store.max_offset(real.topic, real.queue_id)
-            self._op(h.offset, "c", frm)  # first: a crash before the message is completed at start
-            self._put_committed(h.offset, half, real)
+            self._op(h.offset, "c", frm, h.uniq)  # first: a crash before the message is completed at start
+            stored = self._put_committed(h.offset, half, real)
             self.committed += 1
+            if not stored:
+                self._resolved(h.offset, h.uniq, "c")
+                raise CommitRefused(f"{real.topic}/{real.queue_id} refuses the message for good: nothing became visible")
         elif action == "x":
             ensure_topic(self.store, CHECK_MAX_TOPIC, 1)
             self.store.put_messages(CHECK_MAX_TOPIC, 0, [Message(CHECK_MAX_TOPIC, bytes(half.body), 0, half.flag, dict(half.properties))])
-            self._op(h.offset, "x", 0)
+            self._op(h.offset, "x", 0, h.uniq)
             self.set_aside += 1
         else:
-            self._op(h.offset, "r", 0)
+            self._op(h.offset, "r", 0, h.uniq)
             self.rolled_back += 1
-        self._resolved(h.offset)
+        self._resolved(h.offset, h.uniq, action)
 
-    def _op(self, half: int, action: str, frm: int) -> None:
+    def _op(self, half: int, action: str, frm: int, uniq: str = "") -> None:
         ensure_topic(self.store, OP_TOPIC, 1)
-        body = json.dumps({"h": half, "from": frm}, separators=(",", ":")).encode()
+        body = json.dumps({"h": half, "from": frm, "u": uniq}, separators=(",", ":")).encode()
         res = self.store.put_messages(OP_TOPIC, 0, [Message(OP_TOPIC, body, 0, properties={codec.PROP_TAGS: action})])
         if not res.status.stored:
             raise TransactionUnavailable(f"{res.status.name} {res.reason}")
@@ -245,15 +266,18 @@ class TransactionService:
     def _half(self, offset: int) -> StoredMessage | None:
         return read_one(self.store, HALF_TOPIC, 0, offset)
 
-    def _put_committed(self, half_offset: int, half: StoredMessage, real: Message) -> None:
+    def _put_committed(self, half_offset: int, half: StoredMessage, real: Message) -> bool:
+        """Store the committed message; False when its queue refuses it for good (logged)."""
         props = {k: v for k, v in real.properties.items() if k not in (PROP_TRANSACTION_PREPARED, PROP_PRODUCER_GROUP)}
         props[PROP_HALF_OFFSET] = str(half_offset)
         msg = replace(real, properties=props, sys_flag=(real.sys_flag & ~codec.TRANSACTION_MASK) | codec.TRANSACTION_COMMIT)
         res = self.store.put_messages(msg.topic, msg.queue_id, [msg])
         if res.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):  # for good (its topic deleted, ...)
             log.error("committed transaction %d cannot be stored on %s/%d (%s): dropped", half_offset, msg.topic, msg.queue_id, res.reason)
-        elif not res.status.stored:
+            return False
+        if not res.status.stored:
             raise TransactionUnavailable(f"{res.status.name} {res.reason}")
+        return True
 
     def _complete_commit(self, half_offset: int, frm: int) -> None:
         """A commit op read again: put its message unless its queue holds it from ``frm`` on."""
@@ -285,6 +309,11 @@ class TransactionService:
         with self.lock:
             if now_ms < self.next_ready:
                 return out, self.next_ready - now_ms
+            for uniq, offs in list(self.by_uniq.items()):
+                if uniq in self.resolved_uniq:  # a late copy of a message already resolved: no second outcome
+                    for o in list(offs):
+                        if o in self.open:
+                            self._end(self.open[o], "r")
             firsts = [self.open[min(offs)] for offs in self.by_uniq.values() if offs and min(offs) in self.open]
             for h in firsts:  # (a message stored twice is asked about once)
                 ready = max(h.stored_ms + cfg.transactionTimeOut, h.next_check_ms)
