@@ -22,8 +22,9 @@ from ..record.codec import Message, StoredMessage
 from ..store import MessageStore
 from ..store.config import StoreConfig
 from ..store.layout import DELAY_OFFSET
-from ..store.metadata import read_json, write_atomic
+from ..store.metadata import read_json
 from .delivery import deliver, restored
+from .progress_file import ProgressFile
 from .queue_reading import read_batch
 from .system_topics import SCHEDULE_TOPIC
 
@@ -33,7 +34,7 @@ FILE = DELAY_OFFSET
 BATCH = 256
 
 
-class DelayLevelService:
+class DelayLevelService(ProgressFile):
     def __init__(self, store: MessageStore, settings: Callable[[], StoreConfig]):
         self.store = store
         self.settings = settings
@@ -55,13 +56,6 @@ class DelayLevelService:
     def state_json(self) -> str:
         with self.lock:
             return json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}, separators=(",", ":"))
-
-    def persist(self) -> None:
-        with self.lock:
-            if not self.dirty:
-                return
-            self.dirty = False
-        write_atomic(self.path, self.state_json().encode())
 
     # ------------------------------------------------------------------ delivery
 

@@ -35,15 +35,16 @@ from ..record.codec import Message, StoredMessage
 from ..record.receipt import Receipt
 from ..store import GetStatus, MessageStore, PutStatus
 from ..store.layout import POP_CHECKPOINT
-from ..store.metadata import read_json, write_atomic
+from ..store.metadata import read_json
 from .delivery import ensure_topic
 from .fifo import FifoQueues, message_group
 from .progress import DoneOffsets
-from .queue_reading import phy_of, read_batch, read_one
+from .progress_file import ProgressFile
+from .queue_reading import batches_from, phy_of, read_one
 from .retry_policy import RetryPolicy
 from .revive_log import AckRecord, Checkpoint, ack_record, parse
 from .scheduling import Scheduler
-from .system_topics import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, REVIVE_TOPIC, TIMER_TOPIC
+from .system_topics import DLQ_PREFIX, PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, RETRY_PREFIX, REVIVE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,11 @@ PROP_RETRY_GROUP = "RETRY_GROUP"  # ours: the group a retry belongs to (its topi
 
 
 def retry_topic(group: str, topic: str) -> str:
-    return f"%RETRY%{group}_{topic}"
+    return f"{RETRY_PREFIX}{group}_{topic}"
 
 
 def dlq_topic(group: str) -> str:
-    return f"%DLQ%{group}"
+    return f"{DLQ_PREFIX}{group}"
 
 
 class ReceiptExpired(Exception):
@@ -84,7 +85,7 @@ class Delivery:
     invisible_until: int
 
 
-class PopService:
+class PopService(ProgressFile):
     def __init__(
         self,
         store: MessageStore,
@@ -130,26 +131,6 @@ class PopService:
     def state_json(self) -> str:
         with self.lock:
             return json.dumps({"version": 1, "progress": self.done.encode(), "fifo": self.fifo.encode()}, separators=(",", ":"))
-
-    def persist(self) -> None:
-        state = self.state_if_dirty()
-        if state is not None:
-            self.write_state(state)
-
-    def state_if_dirty(self) -> str | None:
-        with self.lock:
-            if not self.dirty:
-                return None
-            self.dirty = False
-            return self.state_json()
-
-    def write_state(self, state: str) -> None:
-        try:
-            write_atomic(self.path, state.encode())
-        except OSError:
-            with self.lock:
-                self.dirty = True
-            raise
 
     def _finish(self, offset: int) -> None:
         self.done.add(offset)
@@ -199,14 +180,7 @@ class PopService:
     def take_new(self) -> None:
         """Read the revive log's records not seen yet: checkpoints of another run (a restart, a
         promotion) become in flight, acks finish what they name."""
-        store = self.store
-        while self.read_offset < store.max_offset(REVIVE_TOPIC, 0):
-            stored, next_offset = read_batch(store, REVIVE_TOPIC, 0, self.read_offset, BATCH)
-            if not stored:
-                if next_offset <= self.read_offset:
-                    return
-                self.read_offset = next_offset
-                continue
+        for stored, after in batches_from(self.store, REVIVE_TOPIC, 0, self.read_offset, BATCH):
             with self.lock:
                 for m in stored:
                     off = m.queue_offset
@@ -224,7 +198,7 @@ class PopService:
                         for ck_off, o in rec.acks:
                             self._acked(ck_off, o, finished=not rec.moved)
                     self._finish(off)
-                self.read_offset = stored[-1].queue_offset + 1
+                self.read_offset = after
 
     def _position_past(self, ck: Checkpoint) -> None:
         """The group's position is past every message a checkpoint delivered: the log says so

@@ -37,5 +37,15 @@ SYSTEM_TOPICS = (
 )
 
 
+RETRY_PREFIX = "%RETRY%"  # a consumer group's redeliveries (pop.py)
+DLQ_PREFIX = "%DLQ%"  # a consumer group's dead letters
+
+
+def is_store_topic(topic: str) -> bool:
+    """The store's own topics, its consumer groups' retries and dead letters included (what
+    readers of everything, such as the Spark source, leave out unless asked)."""
+    return is_system_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
+
+
 def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_"))

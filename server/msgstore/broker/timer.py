@@ -27,10 +27,11 @@ from ..record.codec import Message, StoredMessage
 from ..record.recall_handle import RecallHandle
 from ..store import GetStatus, MessageStore, PutResult, PutStatus
 from ..store.layout import TIMER_CHECK
-from ..store.metadata import read_json, write_atomic
+from ..store.metadata import read_json
 from .delivery import deliver, ensure_topic, restored
 from .progress import DoneOffsets
-from .queue_reading import phy_of, read_batch
+from .progress_file import ProgressFile
+from .queue_reading import batches_from, phy_of
 from .system_topics import (
     PROP_REAL_QID,
     PROP_REAL_TOPIC,
@@ -57,7 +58,7 @@ class RecallFailed(Exception):
     """The store took no write for the recall's marker (full, fenced)."""
 
 
-class TimerService:
+class TimerService(ProgressFile):
     def __init__(self, store: MessageStore):
         self.store = store
         self.path = os.path.join(store.layout.config_dir, FILE)
@@ -85,13 +86,6 @@ class TimerService:
         with self.lock:
             return json.dumps({"version": 1, "progress": self.done.encode()}, separators=(",", ":"))
 
-    def persist(self) -> None:
-        with self.lock:
-            if not self.dirty:
-                return
-            self.dirty = False
-        write_atomic(self.path, self.state_json().encode())
-
     def pending(self) -> int:
         return len(self.heap) + max(0, self.store.max_offset(TIMER_TOPIC, 0) - self.read_offset)
 
@@ -104,14 +98,7 @@ class TimerService:
 
     def _take_new(self) -> None:
         """Read the messages stored since the last look into the heap; markers recall."""
-        store = self.store
-        while self.read_offset < store.max_offset(TIMER_TOPIC, 0):
-            stored, next_offset = read_batch(store, TIMER_TOPIC, 0, self.read_offset, BATCH)
-            if not stored:
-                if next_offset <= self.read_offset:
-                    return
-                self.read_offset = next_offset
-                continue
+        for stored, after in batches_from(self.store, TIMER_TOPIC, 0, self.read_offset, BATCH):
             with self.lock:
                 for m in stored:
                     off = m.queue_offset
@@ -124,7 +111,7 @@ class TimerService:
                     if off in self.done:
                         continue
                     heapq.heappush(self.heap, _int(props.get(PROP_TIMER_DELIVER_MS)) * SHIFT + off)
-                self.read_offset = stored[-1].queue_offset + 1
+                self.read_offset = after
 
     def _finish(self, offset: int) -> None:
         self.done.add(offset)

@@ -29,9 +29,10 @@ from ..record.codec import Message, StoredMessage
 from ..store import MessageStore, PutStatus
 from ..store.config import StoreConfig
 from ..store.layout import TRANSACTION_CHECKPOINT
-from ..store.metadata import read_json, write_atomic
+from ..store.metadata import read_json
 from .delivery import ensure_topic, restored
 from .progress import DoneOffsets
+from .progress_file import ProgressFile
 from .queue_reading import phy_of, read_batch, read_one
 from .system_topics import PROP_REAL_QID, PROP_REAL_TOPIC, PROP_UNIQ_KEY
 
@@ -82,7 +83,7 @@ def to_half(msg: Message) -> Message:
     return replace(msg, topic=HALF_TOPIC, queue_id=0, properties=props, sys_flag=msg.sys_flag & ~codec.TRANSACTION_MASK)
 
 
-class TransactionService:
+class TransactionService(ProgressFile):
     def __init__(self, store: MessageStore, settings: Callable[[], StoreConfig], may_write: Callable[[], bool] = lambda: True):
         self.store = store
         self.settings = settings
@@ -116,14 +117,6 @@ class TransactionService:
     def state_json(self) -> str:
         with self.lock:
             return json.dumps({"version": 1, "progress": self.done.encode(), "opOffset": self.op_offset}, separators=(",", ":"))
-
-    def persist(self) -> None:
-        with self.lock:
-            if not self.dirty:
-                return
-            self.dirty = False
-            state = self.state_json()
-        write_atomic(self.path, state.encode())
 
     def lowest_pending_phy(self) -> int | None:
         with self.lock:

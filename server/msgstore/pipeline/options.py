@@ -156,12 +156,3 @@ class ReaderOptions:
             server_name=self.server_name,
             timeout=60,
         )
-
-
-SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "%RETRY%", "%DLQ%")
-
-
-def is_system_topic(topic: str) -> bool:
-    """The store's own topics (docs/store-format.md §15-16): delayed messages waiting, the revive
-    log, retries and dead letters; RocketMQ's names."""
-    return topic in ("SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC") or topic.startswith(SYSTEM_PREFIXES)

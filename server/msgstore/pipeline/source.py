@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from ..broker.system_topics import is_store_topic
 from . import schema as cols
 from .columns import BATCH_ROWS, Decoder
 from .files import SegmentFile, mapped, read_kind, segment_files
-from .options import EARLIEST, LATEST, ReaderOptions, is_system_topic
+from .options import EARLIEST, LATEST, ReaderOptions
 
 try:  # Spark ≥ 4.2
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -204,7 +205,7 @@ class Filters:
             mask = both(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics))))
         elif not o.system_topics:  # the store's own topics only when asked (systemTopics=true, or named)
             names = set(batch.column("topic").unique().to_pylist())
-            system = sorted(t for t in names if t and is_system_topic(t))
+            system = sorted(t for t in names if t and is_store_topic(t))
             if system:
                 mask = both(pc.invert(pc.is_in(batch.column("topic"), pa.array(system))))
         if o.starting.kind == "json" or o.ending.kind == "json":
