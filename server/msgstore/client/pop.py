@@ -62,6 +62,45 @@ def _receipt(text: str) -> Receipt:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"receipt_handle: {e}") from None
 
 
+def _receive_request(group: str, topic: str, n: int, invisible: float, wait: float, tags: str | None) -> pb.ReceiveRequest:
+    return pb.ReceiveRequest(
+        group=group,
+        topic=topic,
+        max_messages=n,
+        invisible_ms=max(1, round(invisible * 1000)),
+        wait_ms=round(wait * 1000),
+        tag_filter=tags or "",
+    )
+
+
+def _target(text: str) -> tuple[str, QueueRef]:
+    """Where a receipt's delivery lives: its topic and its group's queue (the master's)."""
+    r = _receipt(text)
+    return r.topic, QueueRef(r.node, "", r.queue_id)
+
+
+def _ack_requests(
+    group: str, topic: str, receipts: Sequence[str | Received]
+) -> tuple[int, list[tuple[list[int], str, QueueRef, pb.AckRequest]]]:
+    """One Ack per node the receipts name: (entry indices, topic, queue, request) each."""
+    texts = [r.receipt if isinstance(r, Received) else r for r in receipts]
+    by_node: dict[str, list[int]] = {}
+    for i, t in enumerate(texts):
+        by_node.setdefault(_receipt(t).node, []).append(i)
+    return len(texts), [
+        (idx, *_target(texts[idx[0]]), pb.AckRequest(group=group, topic=topic, receipt_handles=[texts[i] for i in idx]))
+        for idx in by_node.values()
+    ]
+
+
+def _change_invisible_request(
+    group: str, topic: str, receipt: str | Received, invisible: float
+) -> tuple[str, QueueRef, pb.ChangeInvisibleRequest]:
+    text = receipt.receipt if isinstance(receipt, Received) else receipt
+    req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=max(0, round(invisible * 1000)))
+    return (*_target(text), req)
+
+
 class PopCalls:
     """Mixed into Client (``route``, ``_group_call``, ``master_address``, ``_call``)."""
 
@@ -78,51 +117,34 @@ class PopCalls:
         """Up to ``max_messages`` not yet delivered to ``group`` (redeliveries first), each
         invisible to the group for ``invisible`` seconds; waits up to ``wait`` seconds on the
         last node asked when none has any."""
-        route = self.route(topic)
-        nodes = route.nodes or []
+        nodes = self.route(topic).nodes or []
         out: list[Received] = []
         for i, node in enumerate(nodes):
             if len(out) >= max_messages:
                 break
-            last = i == len(nodes) - 1
-            req = pb.ReceiveRequest(
-                group=group,
-                topic=topic,
-                max_messages=max_messages - len(out),
-                invisible_ms=max(1, round(invisible * 1000)),
-                wait_ms=round(wait * 1000) if last and not out else 0,
-                tag_filter=tags or "",
-            )
+            waits = wait if i == len(nodes) - 1 and not out else 0.0  # (only the last node asked, only when none had any)
+            req = _receive_request(group, topic, max_messages - len(out), invisible, waits, tags)
             queue = QueueRef(node.name, node.address, 0)
             resp = self._group_call(topic, queue, "Receive", req, reads=False, timeout=self.timeout + req.wait_ms / 1000)
             address = self.master_address(topic, queue)
             out += [_received(r, node.name, address) for r in resp.messages]
         return out
 
-    def _receipt_call(self: Any, receipt: str, method: str, request) -> object:
-        r = _receipt(receipt)
-        return self._group_call(r.topic, QueueRef(r.node, "", r.queue_id), method, request, reads=False)
-
     def ack(self: Any, group: str, topic: str, receipts: Sequence[str | Received]) -> list[str]:
         """Acknowledge deliveries; per receipt '' or why it no longer could (the delivery is
         over: acknowledged already, or the message came back as a new delivery)."""
-        texts = [r.receipt if isinstance(r, Received) else r for r in receipts]
-        by_node: dict[str, list[int]] = {}
-        for i, t in enumerate(texts):
-            by_node.setdefault(_receipt(t).node, []).append(i)
-        errors = [""] * len(texts)
-        for idx in by_node.values():
-            req = pb.AckRequest(group=group, topic=topic, receipt_handles=[texts[i] for i in idx])
-            resp = self._receipt_call(texts[idx[0]], "Ack", req)
-            for i, res in zip(idx, resp.results):  # type: ignore[attr-defined]
+        n, calls = _ack_requests(group, topic, receipts)
+        errors = [""] * n
+        for idx, where, queue, req in calls:
+            resp = self._group_call(where, queue, "Ack", req, reads=False)
+            for i, res in zip(idx, resp.results):
                 errors[i] = "" if res.ok else res.error
         return errors
 
     def change_invisible(self: Any, group: str, topic: str, receipt: str | Received, invisible: float) -> str:
         """Keep the delivery invisible for ``invisible`` seconds from now instead; its new receipt."""
-        text = receipt.receipt if isinstance(receipt, Received) else receipt
-        req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=max(0, round(invisible * 1000)))
-        return self._receipt_call(text, "ChangeInvisible", req).receipt_handle  # type: ignore[attr-defined,no-any-return]
+        where, queue, req = _change_invisible_request(group, topic, receipt, invisible)
+        return str(self._group_call(where, queue, "ChangeInvisible", req, reads=False).receipt_handle)
 
     def nack(self: Any, group: str, topic: str, receipt: str | Received) -> None:
         """Give the delivery up now: it comes back after the group's backoff, attempt + 1."""
@@ -170,38 +192,25 @@ class AsyncPopCalls:
         for i, node in enumerate(nodes):
             if len(out) >= max_messages:
                 break
-            req = pb.ReceiveRequest(
-                group=group,
-                topic=topic,
-                max_messages=max_messages - len(out),
-                invisible_ms=max(1, round(invisible * 1000)),
-                wait_ms=round(wait * 1000) if i == len(nodes) - 1 and not out else 0,
-                tag_filter=tags or "",
-            )
+            waits = wait if i == len(nodes) - 1 and not out else 0.0
+            req = _receive_request(group, topic, max_messages - len(out), invisible, waits, tags)
             queue = QueueRef(node.name, node.address, 0)
             resp = await self._group_call(topic, queue, "Receive", req, reads=False, timeout=self.timeout + req.wait_ms / 1000)
             out += [_received(r, node.name, node.address) for r in resp.messages]
         return out
 
     async def ack(self: Any, group: str, topic: str, receipts: Sequence[str | Received]) -> list[str]:
-        texts = [r.receipt if isinstance(r, Received) else r for r in receipts]
-        by_node: dict[str, list[int]] = {}
-        for i, t in enumerate(texts):
-            by_node.setdefault(_receipt(t).node, []).append(i)
-        errors = [""] * len(texts)
-        for idx in by_node.values():
-            r = _receipt(texts[idx[0]])
-            req = pb.AckRequest(group=group, topic=topic, receipt_handles=[texts[i] for i in idx])
-            resp = await self._group_call(r.topic, QueueRef(r.node, "", r.queue_id), "Ack", req, reads=False)
+        n, calls = _ack_requests(group, topic, receipts)
+        errors = [""] * n
+        for idx, where, queue, req in calls:
+            resp = await self._group_call(where, queue, "Ack", req, reads=False)
             for i, res in zip(idx, resp.results):
                 errors[i] = "" if res.ok else res.error
         return errors
 
     async def change_invisible(self: Any, group: str, topic: str, receipt: str | Received, invisible: float) -> str:
-        text = receipt.receipt if isinstance(receipt, Received) else receipt
-        r = _receipt(text)
-        req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=max(0, round(invisible * 1000)))
-        resp = await self._group_call(r.topic, QueueRef(r.node, "", r.queue_id), "ChangeInvisible", req, reads=False)
+        where, queue, req = _change_invisible_request(group, topic, receipt, invisible)
+        resp = await self._group_call(where, queue, "ChangeInvisible", req, reads=False)
         return str(resp.receipt_handle)
 
     async def nack(self: Any, group: str, topic: str, receipt: str | Received) -> None:
