@@ -43,6 +43,8 @@ from .groups import GroupRegistry
 from .ha_service import ReplicationPlane
 from .longpoll import ArrivalWaiters
 from .metrics import Metrics
+from .rocketmq.protocol import SERVICE as ROCKETMQ_SERVICE
+from .rocketmq.service import MessagingService
 from .route import DuplicateNodeName, PeerDirectory
 from .servicer import DataPlane
 from .transaction_service import CheckListeners
@@ -406,9 +408,11 @@ class StoreServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
+        data_plane = DataPlane(self)
         self.server.add_generic_rpc_handlers(
             [
-                self._handlers(DATA_SERVICE, DataPlane(self)),
+                self._handlers(DATA_SERVICE, data_plane),
+                MessagingService(self, data_plane).handlers(self._count_error),
                 self._handlers(ADMIN_SERVICE, ControlPlane(self)),
                 self._handlers(HA_SERVICE, ReplicationPlane(self)),
             ]
@@ -417,7 +421,8 @@ class StoreServer:
         for name in ("", DATA_SERVICE.full_name, ADMIN_SERVICE.full_name):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         reflection.enable_server_reflection(
-            [DATA_SERVICE.full_name, ADMIN_SERVICE.full_name, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
+            [DATA_SERVICE.full_name, ADMIN_SERVICE.full_name, ROCKETMQ_SERVICE.full_name, health.SERVICE_NAME, reflection.SERVICE_NAME],
+            self.server,
         )
         address = f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"
         creds = self._credentials()

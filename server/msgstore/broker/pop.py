@@ -341,6 +341,42 @@ class PopService(ProgressFile):
                     self._acked(ck_off, o)
             return errors
 
+    def dead_letter(self, receipt: Receipt) -> None:
+        """The consumer gives up on a delivery (RocketMQ 5's ForwardMessageToDeadLetterQueue,
+        which a FIFO push consumer sends after its last local attempt): the message goes to the
+        group's DLQ now and the delivery is acknowledged (a FIFO group's next may go). Raises
+        ReceiptExpired, or PopUnavailable when the DLQ copy cannot be stored."""
+        with self.lock:
+            ck = self._check(receipt)
+            if not self.may_write():
+                raise PopUnavailable("this master may not take writes now (fenced, without its lease or quorum, or learning its epoch)")
+            m = read_one(self.store, ck.topic, ck.queue_id, receipt.offset)
+            if m is not None:
+                original = m.properties.get(PROP_RETRY_TOPIC, ck.topic) if ck.topic.startswith(RETRY_PREFIX) else ck.topic
+                if not self._set_aside(ck.group, original, m, receipt.attempt):
+                    raise PopUnavailable(f"the dead-letter copy could not be stored in {dlq_topic(ck.group)}")
+            self._write([ack_record([(receipt.checkpoint, receipt.offset)])])
+            self._acked(receipt.checkpoint, receipt.offset)
+
+    def _set_aside(self, group: str, original: str, m: StoredMessage, deliveries: int) -> bool:
+        """Put ``m`` on the group's DLQ; False when the store refused for now (try again). A
+        message the DLQ can never take is logged and dropped (True)."""
+        origin_id = m.properties.get(PROP_ORIGIN_MESSAGE_ID) or m.properties.get(PROP_UNIQ_KEY) or m.msg_id
+        props = {k: v for k, v in m.properties.items() if k not in (PROP_TIMER_DELAY_MS, "TIMER_OUT_MS")}
+        props.update({PROP_DLQ_ORIGIN_TOPIC: original, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id})
+        target = dlq_topic(group)
+        ensure_topic(self.store, target, 1)
+        msg = Message(target, bytes(m.body), 0, m.flag, props, m.born_timestamp, m.born_host, reconsume_times=deliveries)
+        put = self.store.put_messages(target, 0, [msg])
+        if not put.status.stored and put.status not in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+            return False
+        if not put.status.stored:
+            log.error("group %s: message %s cannot be set aside (%s) and is dropped", group, origin_id, put.reason)
+        else:
+            self.dead_lettered += 1
+            log.warning("group %s: message %s of %s set aside in %s after %d deliveries", group, origin_id, original, target, deliveries)
+        return True
+
     def change_invisible(self, receipt: Receipt, invisible_ms: int, now_ms: int) -> tuple[str, int]:
         """The delivery stays invisible until ``now_ms + invisible_ms`` instead (0: visible
         again now, after the group's backoff: a nack); its new receipt and that time."""
@@ -459,28 +495,9 @@ class PopService(ProgressFile):
                 continue
             m_or_none = read_one(self.store, ck.topic, ck.queue_id, off)
             if m_or_none is not None:
-                m = m_or_none
-                origin_id = m.properties.get(PROP_UNIQ_KEY) or m.msg_id
-                props = {**m.properties, PROP_DLQ_ORIGIN_TOPIC: ck.topic, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id}
-                target = dlq_topic(ck.group)
-                ensure_topic(self.store, target, 1)
-                put = self.store.put_messages(
-                    target, 0, [Message(target, bytes(m.body), 0, m.flag, props, m.born_timestamp, m.born_host, reconsume_times=deliveries)]
-                )
-                if not put.status.stored and put.status not in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
+                if not self._set_aside(ck.group, ck.topic, m_or_none, deliveries):
                     return False
-                if not put.status.stored:
-                    log.error("FIFO group %s: message %s cannot be set aside (%s) and is dropped", ck.group, origin_id, put.reason)
-                else:
-                    self.dead_lettered += 1
-                log.warning(
-                    "FIFO group %s: message %s (message group %r) set aside in %s after %d deliveries",
-                    ck.group,
-                    origin_id,
-                    mg,
-                    target,
-                    deliveries,
-                )
+                log.warning("FIFO group %s: message group %r let on after %d deliveries", ck.group, mg, deliveries)
             self.fifo.finished(ck.group, ck.topic, ck.queue_id, off)
             ck.pending.discard(off)
         return True

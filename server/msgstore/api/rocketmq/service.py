@@ -1,0 +1,507 @@
+"""apache.rocketmq.v2.MessagingService, served on the same port as msgstore.v1.
+
+Every call is translated into the msgstore.v1 request that does the same thing and handed to
+the same handler (``DataPlane``): one implementation of sending, receiving, acknowledging,
+transactions, offsets and routes behind two protocols. What differs is only the shape of the
+answer: v2 puts a ``Status`` (StatusCode.md's codes) in every response instead of failing the
+call, so refusals from the v1 handlers are caught here and turned into that status.
+
+How RocketMQ's model maps onto ours (docs/store-format.md §18):
+- a RocketMQ broker is a replica group (a node without replicas is a group of one) and its
+  master's address is the broker's endpoint; message queues are the topic's queues on it;
+- receive/ack/change-invisible are the pop semantics of broker/pop.py (a consumer receives from
+  every queue of the topic on that broker, so an assignment names the broker, queue id -1);
+- a transactional message's producer group is its topic (RocketMQ 5 producers have none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import message_factory
+
+from ...broker.pop import PopUnavailable, ReceiptExpired
+from ...record.recall_handle import RecallHandle
+from ...v1 import msgstore_pb2 as pb
+from .. import validation as v
+from . import messages
+from .protocol import SERVICE
+from .protocol import definition as d
+from .protocol import service as s
+from .signature import verify
+from .status import SEND_CODES, Refusal, field_code, from_grpc, status
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from ..server import StoreServer
+    from ..servicer import DataPlane
+
+log = logging.getLogger(__name__)
+
+ALL_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
+MAX_BATCH = 1024
+DEFAULT_PUSH_INVISIBLE_MS = 60_000  # a push consumer's receive names none (RocketMQ's proxy renews it; we do not)
+DEFAULT_POLL_MS = 20_000
+POLL_RESERVE_MS = 500  # a long poll answers this long before the caller's deadline
+
+
+class CallContext:
+    """Stands in for the gRPC context when a v1 handler runs for a v2 call: its ``abort``
+    raises a :class:`Refusal` instead of ending the call."""
+
+    def __init__(self, real: grpc.aio.ServicerContext):
+        self.real = real
+
+    async def abort(self, code: grpc.StatusCode, message: str) -> None:
+        if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith("receipt_handle"):
+            raise Refusal(d.INVALID_RECEIPT_HANDLE, message)
+        if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith("transaction_id"):
+            raise Refusal(d.INVALID_TRANSACTION_ID, message)
+        raise from_grpc(code, message)
+
+    def peer(self) -> str:
+        return self.real.peer()
+
+    def cancelled(self) -> bool:
+        return self.real.cancelled()
+
+    def invocation_metadata(self):
+        return self.real.invocation_metadata()
+
+
+def endpoints(address: str) -> Any:
+    """``host:port`` → v2 Endpoints (IPv4, IPv6 or a domain name)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if ":" in host:
+        scheme = d.IPv6
+    elif host.replace(".", "").isdigit() and host.count(".") == 3:
+        scheme = d.IPv4
+    else:
+        scheme = d.DOMAIN_NAME
+    return d.Endpoints(scheme=scheme, addresses=[d.Address(host=host, port=int(port or 0))])
+
+
+def _resource(r: Any, field: str, check: Callable[[str, str], str]) -> str:
+    if r.resource_namespace:
+        raise Refusal(d.BAD_REQUEST, f"{field}.resource_namespace: namespaces are not supported (got {r.resource_namespace[:40]!r})")
+    try:
+        return check(r.name, f"{field}.name")
+    except v.InvalidArgument as e:
+        raise Refusal(field_code(field.rsplit(".", 1)[-1]), str(e)) from None
+
+
+def topic_of(r: Any, field: str = "topic") -> str:
+    return _resource(r, field, v.check_topic)
+
+
+def group_of(r: Any, field: str = "group") -> str:
+    return _resource(r, field, v.check_group)
+
+
+def _duration_ms(dur: Any) -> int:
+    return dur.seconds * 1000 + dur.nanos // 1_000_000
+
+
+class MessagingService:
+    def __init__(self, server: StoreServer, data: DataPlane):
+        self.server = server
+        self.data = data
+        self.telemetry = Telemetry(self)
+        self._turn = itertools.count()
+
+    @property
+    def store(self):
+        return self.server.store
+
+    def secret(self) -> str | None:
+        token = self.server.options.data_token
+        if token is None:
+            return None
+        return token if isinstance(token, str) else token.current()
+
+    def authorize(self, context: grpc.aio.ServicerContext) -> None:
+        secret = self.secret()
+        if secret:
+            verify(secret, context.invocation_metadata())
+
+    # ------------------------------------------------------------------ routes
+
+    async def _brokers(self, topic: str, context) -> list[tuple[Any, list[int]]]:
+        """(v2 Broker, queue ids) for each replica group's ready master."""
+        route = await self.data.GetRoute(pb.GetRouteRequest(topic=topic), CallContext(context))
+        out, seen = [], set()
+        for n in route.nodes:
+            group = n.group or n.name
+            if not n.ready or n.role != "MASTER" or n.fenced or group in seen:
+                continue
+            seen.add(group)
+            out.append((d.Broker(name=group, id=0, endpoints=endpoints(n.address)), list(n.queue_ids)))
+        if not out:
+            raise Refusal(d.HA_NOT_AVAILABLE, f"no master serving topic {topic} is ready now (starting, or a failover in progress)")
+        return out
+
+    async def QueryRoute(self, request, context):
+        topic = topic_of(request.topic)
+        queues = []
+        for broker, qids in await self._brokers(topic, context):
+            for q in qids:
+                queues.append(
+                    d.MessageQueue(
+                        topic=d.Resource(name=topic), id=q, permission=d.READ_WRITE, broker=broker, accept_message_types=ALL_TYPES
+                    )
+                )
+        return s.QueryRouteResponse(status=status(), message_queues=queues)
+
+    async def QueryAssignment(self, request, context):
+        topic = topic_of(request.topic)
+        group_of(request.group)
+        assignments = [
+            d.Assignment(
+                message_queue=d.MessageQueue(
+                    topic=d.Resource(name=topic), id=-1, permission=d.READ_WRITE, broker=broker, accept_message_types=ALL_TYPES
+                )
+            )
+            for broker, _ in await self._brokers(topic, context)
+        ]
+        return s.QueryAssignmentResponse(status=status(), assignments=assignments)
+
+    async def Heartbeat(self, request, context):
+        if request.HasField("group") and request.group.name:
+            group_of(request.group)
+        await self.data._ready(CallContext(context))
+        return s.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request, context):
+        return s.NotifyClientTerminationResponse(status=status())
+
+    # ------------------------------------------------------------------ send
+
+    def _queue_for(self, topic: str, message: Any) -> int:
+        n = self.server.queue_count(topic)
+        mg = message.system_properties.message_group
+        if message.system_properties.HasField("message_group") and mg:
+            return zlib.crc32(mg.encode()) % n  # one message group, one queue: its order holds
+        return next(self._turn) % n
+
+    async def SendMessage(self, request, context):
+        if not 1 <= len(request.messages) <= MAX_BATCH:
+            raise Refusal(d.BAD_REQUEST, f"messages: must hold 1 to {MAX_BATCH} messages, got {len(request.messages)}")
+        topic = topic_of(request.messages[0].topic, "messages[0].topic")
+        config = self.store.config
+        now = self.store.clock.now_ms()
+        entries = []
+        for i, m in enumerate(request.messages):
+            if i and topic_of(m.topic, f"messages[{i}].topic") != topic:
+                raise Refusal(d.BAD_REQUEST, f"messages[{i}].topic: a batch goes to one topic ({topic}), got {m.topic.name}")
+            entries.append(
+                messages.send_entry(m, i, topic, self._queue_for(topic, m), config.maxMessageSize, config.timerMaxDelaySec * 1000, now)
+            )
+        try:
+            answer = await self.data.Send(pb.SendRequest(entries=entries), CallContext(context))
+        except v.InvalidArgument as e:
+            raise Refusal(field_code(e.field), str(e)) from None
+        resp = answer if isinstance(answer, pb.SendResponse) else pb.SendResponse.FromString(bytes(answer))
+        out = []
+        for m, r in zip(request.messages, resp.results):
+            code = SEND_CODES.get(r.status, d.INTERNAL_SERVER_ERROR)
+            out.append(
+                s.SendResultEntry(
+                    status=status(code, "OK" if code == d.OK else f"{pb.SendStatus.Name(r.status)}: {r.error}"),
+                    message_id=m.system_properties.message_id,
+                    transaction_id=r.transaction_id,
+                    offset=r.queue_offset,
+                    recall_handle=r.recall_handle,
+                )
+            )
+        failed = [e.status for e in out if e.status.code != d.OK]
+        if not failed:
+            top = status()
+        elif len(failed) == len(out) or len(out) == 1:
+            top = failed[0]
+        else:
+            top = status(d.MULTIPLE_RESULTS, f"{len(failed)} of {len(out)} messages were not stored: see the entries")
+        return s.SendMessageResponse(status=top, entries=out)
+
+    async def RecallMessage(self, request, context):
+        topic_of(request.topic)
+        try:
+            handle = RecallHandle.decode(request.recall_handle)
+        except ValueError:
+            raise Refusal(d.BAD_REQUEST, "recall_handle: not a recall handle this store gave out") from None
+        await self.data.Recall(pb.RecallRequest(recall_handle=request.recall_handle), CallContext(context))
+        return s.RecallMessageResponse(status=status(), message_id=handle.uniq_key)
+
+    async def EndTransaction(self, request, context):
+        topic_of(request.topic)
+        resolution = {d.COMMIT: pb.COMMIT, d.ROLLBACK: pb.ROLLBACK}.get(request.resolution)
+        if resolution is None:
+            raise Refusal(d.BAD_REQUEST, "resolution: must be COMMIT or ROLLBACK")
+        await self.data.EndTransaction(
+            pb.EndTransactionRequest(transaction_id=request.transaction_id, resolution=resolution), CallContext(context)
+        )
+        return s.EndTransactionResponse(status=status())
+
+    # ------------------------------------------------------------------ receive
+
+    def _poll_ms(self, request, context) -> int:
+        wanted = _duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else DEFAULT_POLL_MS
+        if wanted < 0 or wanted > v.MAX_TIMEOUT_MS:
+            raise Refusal(d.ILLEGAL_POLLING_TIME, f"long_polling_timeout: must be 0 to {v.MAX_TIMEOUT_MS // 1000} s, got {wanted} ms")
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wanted = min(wanted, max(0, int(remaining * 1000) - POLL_RESERVE_MS))
+        return wanted
+
+    @staticmethod
+    def _tag_filter(expression: Any) -> str:
+        if expression.type == d.SQL:
+            raise Refusal(d.UNSUPPORTED, "filter_expression: SQL92 filters are not supported by this store; filter by tag")
+        text = expression.expression.strip()
+        if any(not t.strip() for t in text.split("||")) and text not in ("", "*"):
+            raise Refusal(
+                d.ILLEGAL_FILTER_EXPRESSION, f"filter_expression.expression: not a tag expression ('a || b' or '*'): {text[:60]!r}"
+            )
+        return text
+
+    async def ReceiveMessage(self, request, context) -> AsyncIterator[Any]:
+        group = group_of(request.group)
+        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        batch = request.batch_size or 32
+        if not 1 <= batch <= 1000:
+            raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to 1000, got {request.batch_size}")
+        if request.HasField("invisible_duration"):
+            invisible = _duration_ms(request.invisible_duration)
+        elif request.auto_renew:
+            invisible = DEFAULT_PUSH_INVISIBLE_MS
+        else:
+            raise Refusal(d.ILLEGAL_INVISIBLE_TIME, "invisible_duration: required unless auto_renew")
+        if not 1 <= invisible <= 12 * 3_600_000:
+            raise Refusal(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: must be 1 ms to 12 h, got {invisible} ms")
+        tag_filter = self._tag_filter(request.filter_expression)
+        wait = self._poll_ms(request, context)
+        got = await self.data.Receive(
+            pb.ReceiveRequest(group=group, topic=topic, max_messages=batch, invisible_ms=invisible, wait_ms=wait, tag_filter=tag_filter),
+            CallContext(context),
+        )
+        if not got.messages:
+            yield s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield s.ReceiveMessageResponse(delivery_timestamp=messages._ts(self.store.clock.now_ms()))
+        for r in got.messages:
+            yield s.ReceiveMessageResponse(message=messages.received(r, invisible))
+        yield s.ReceiveMessageResponse(status=status())
+
+    async def AckMessage(self, request, context):
+        group = group_of(request.group)
+        topic = topic_of(request.topic)
+        if not 1 <= len(request.entries) <= 1000:
+            raise Refusal(d.BAD_REQUEST, f"entries: must hold 1 to 1000 entries, got {len(request.entries)}")
+        try:
+            got = await self.data.Ack(
+                pb.AckRequest(group=group, topic=topic, receipt_handles=[e.receipt_handle for e in request.entries]), CallContext(context)
+            )
+        except v.InvalidArgument as e:
+            raise Refusal(d.INVALID_RECEIPT_HANDLE, str(e).replace("receipt_handles", "entries", 1)) from None
+        entries = [
+            s.AckMessageResultEntry(
+                message_id=e.message_id,
+                receipt_handle=e.receipt_handle,
+                status=status() if r.ok else status(d.INVALID_RECEIPT_HANDLE, f"entries[{i}].receipt_handle: {r.error}"),
+            )
+            for i, (e, r) in enumerate(zip(request.entries, got.results))
+        ]
+        failed = [e.status for e in entries if e.status.code != d.OK]
+        if not failed:
+            top = status()
+        elif len(failed) == len(entries):
+            top = failed[0]
+        else:
+            top = status(d.MULTIPLE_RESULTS, f"{len(failed)} of {len(entries)} not acknowledged: see the entries")
+        return s.AckMessageResponse(status=top, entries=entries)
+
+    async def ChangeInvisibleDuration(self, request, context):
+        group = group_of(request.group)
+        topic = topic_of(request.topic)
+        invisible = _duration_ms(request.invisible_duration)
+        if not 0 <= invisible <= 12 * 3_600_000:
+            raise Refusal(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: must be 0 to 12 h, got {invisible} ms")
+        try:
+            got = await self.data.ChangeInvisible(
+                pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_ms=invisible),
+                CallContext(context),
+            )
+        except v.InvalidArgument as e:
+            raise Refusal(field_code(e.field), str(e)) from None
+        return s.ChangeInvisibleDurationResponse(status=status(), receipt_handle=got.receipt_handle)
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        group = group_of(request.group)
+        topic = topic_of(request.topic)
+        try:
+            (receipt,) = self.data._receipts([request.receipt_handle], group, topic)
+        except v.InvalidArgument as e:
+            raise Refusal(d.INVALID_RECEIPT_HANDLE, "receipt_handle: " + str(e).split(": ", 1)[1]) from None
+        await self.data._pop_master(CallContext(context))
+        broker = self.server.broker
+        assert broker is not None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.server.executor, broker.pop.dead_letter, receipt)
+        except ReceiptExpired as e:
+            raise Refusal(d.INVALID_RECEIPT_HANDLE, f"receipt_handle: {e}") from None
+        except PopUnavailable as e:
+            raise Refusal(d.INTERNAL_SERVER_ERROR, f"not set aside: {e}") from None
+        return s.ForwardMessageToDeadLetterQueueResponse(status=status())
+
+    # ------------------------------------------------------------------ offsets
+
+    async def PullMessage(self, request, context) -> AsyncIterator[Any]:
+        group_of(request.group)
+        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        qid = request.message_queue.id
+        if qid < 0:
+            raise Refusal(d.BAD_REQUEST, f"message_queue.id: must be >= 0, got {qid}")
+        if request.offset < 0:
+            raise Refusal(d.ILLEGAL_OFFSET, f"offset: must be >= 0, got {request.offset}")
+        batch = request.batch_size or 32
+        if not 1 <= batch <= v.MAX_PULL_MESSAGES:
+            raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to {v.MAX_PULL_MESSAGES}, got {request.batch_size}")
+        tag_filter = self._tag_filter(request.filter_expression)
+        wait = self._poll_ms(request, context)
+        got = await self.data.Pull(
+            pb.PullRequest(topic=topic, queue_id=qid, offset=request.offset, max_messages=batch, tag_filter=tag_filter, timeout_ms=wait),
+            CallContext(context),
+        )
+        if isinstance(got, (bytes, bytearray)):
+            got = pb.PullResponse.FromString(bytes(got))
+        if got.status == pb.FOUND:
+            for m in got.messages:
+                yield s.PullMessageResponse(message=messages.to_v2(m))
+            yield s.PullMessageResponse(status=status())
+        elif got.status in (pb.OFFSET_TOO_SMALL, pb.OFFSET_OVERFLOW_BADLY, pb.MESSAGE_WAS_REMOVING):
+            yield s.PullMessageResponse(
+                status=status(
+                    d.ILLEGAL_OFFSET,
+                    f"offset: {request.offset} is outside the queue ({got.min_offset} to {got.max_offset}); go on from {got.next_offset}",
+                )
+            )
+        else:
+            yield s.PullMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
+        yield s.PullMessageResponse(next_offset=got.next_offset)
+
+    async def UpdateOffset(self, request, context):
+        group = group_of(request.group)
+        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        if request.offset < 0:
+            raise Refusal(d.ILLEGAL_OFFSET, f"offset: must be >= 0, got {request.offset}")
+        await self.data.CommitOffset(
+            pb.CommitOffsetRequest(group=group, topic=topic, queue_id=request.message_queue.id, offset=request.offset),
+            CallContext(context),
+        )
+        return s.UpdateOffsetResponse(status=status())
+
+    async def GetOffset(self, request, context):
+        group = group_of(request.group)
+        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        got = await self.data.GetCommittedOffset(
+            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=request.message_queue.id), CallContext(context)
+        )
+        if got.offset < 0:
+            return s.GetOffsetResponse(status=status(d.OFFSET_NOT_FOUND, f"{group} has no offset for {topic}/{request.message_queue.id}"))
+        return s.GetOffsetResponse(status=status(), offset=got.offset)
+
+    async def QueryOffset(self, request, context):
+        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        qid = request.message_queue.id
+        cc = CallContext(context)
+        if request.query_offset_policy == s.TIMESTAMP:
+            if not request.HasField("timestamp"):
+                raise Refusal(d.BAD_REQUEST, "timestamp: required with query_offset_policy TIMESTAMP")
+            got = await self.data.GetOffsetByTime(
+                pb.GetOffsetByTimeRequest(topic=topic, queue_id=qid, timestamp=messages._ms(request.timestamp)), cc
+            )
+            return s.QueryOffsetResponse(status=status(), offset=got.offset)
+        queues = await self.data.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic, queue_id=qid), cc)
+        q = queues.queues[0] if queues.queues else pb.QueueOffsets()
+        return s.QueryOffsetResponse(status=status(), offset=q.min_offset if request.query_offset_policy == s.BEGINNING else q.max_offset)
+
+    async def SyncLiteSubscription(self, request, context):
+        return s.SyncLiteSubscriptionResponse(status=status(d.UNSUPPORTED, "lite topics are not supported by this store"))
+
+    # ------------------------------------------------------------------ wiring
+
+    def handlers(self, count_error: Callable[[str, str], None]) -> grpc.GenericRpcHandler:
+        out = {}
+        for method in SERVICE.methods:
+            req_cls = message_factory.GetMessageClass(method.input_type)
+            resp_cls = message_factory.GetMessageClass(method.output_type)
+            if method.name == "Telemetry":
+                out[method.name] = grpc.stream_stream_rpc_method_handler(self._telemetry, req_cls.FromString, resp_cls.SerializeToString)
+            elif method.server_streaming:
+                out[method.name] = grpc.unary_stream_rpc_method_handler(
+                    self._streaming(method.name, getattr(self, method.name), resp_cls, count_error),
+                    req_cls.FromString,
+                    resp_cls.SerializeToString,
+                )
+            else:
+                out[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary(method.name, getattr(self, method.name), resp_cls, count_error),
+                    req_cls.FromString,
+                    resp_cls.SerializeToString,
+                )
+        return grpc.method_handlers_generic_handler(SERVICE.full_name, out)
+
+    def _unary(self, name: str, fn: Callable[[Any, Any], Awaitable[Any]], resp_cls, count_error):
+        async def handler(request, context):
+            try:
+                self.authorize(context)
+                return await fn(request, context)
+            except Refusal as e:
+                count_error(f"v2.{name}", d.Code.Name(e.code))
+                return resp_cls(status=status(e.code, e.message))
+            except v.InvalidArgument as e:
+                count_error(f"v2.{name}", "BAD_REQUEST")
+                return resp_cls(status=status(field_code(e.field), str(e)))
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as e:  # our bug: say so in the status, keep serving
+                log.exception("v2 %s failed", name)
+                count_error(f"v2.{name}", "INTERNAL_ERROR")
+                return resp_cls(status=status(d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"))
+
+        return handler
+
+    def _streaming(self, name: str, fn: Callable[[Any, Any], AsyncIterator[Any]], resp_cls, count_error):
+        async def handler(request, context):
+            try:
+                self.authorize(context)
+                async for item in fn(request, context):
+                    yield item
+            except Refusal as e:
+                count_error(f"v2.{name}", d.Code.Name(e.code))
+                yield resp_cls(status=status(e.code, e.message))
+            except v.InvalidArgument as e:
+                count_error(f"v2.{name}", "BAD_REQUEST")
+                yield resp_cls(status=status(field_code(e.field), str(e)))
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as e:
+                log.exception("v2 %s failed", name)
+                count_error(f"v2.{name}", "INTERNAL_ERROR")
+                yield resp_cls(status=status(d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"))
+
+        return handler
+
+    async def _telemetry(self, requests, context) -> None:
+        try:
+            self.authorize(context)
+        except Refusal as e:
+            await context.write(s.TelemetryCommand(status=status(e.code, e.message)))
+            return
+        await self.telemetry.serve(requests, context)
