@@ -420,7 +420,7 @@ class MessagingService:
         topic = topic_of(request.message_queue.topic, "message_queue.topic")
         qid = request.message_queue.id
         cc = CallContext(context)
-        if request.query_offset_policy == s.TIMESTAMP:
+        if request.query_offset_policy == d.TIMESTAMP:
             if not request.HasField("timestamp"):
                 raise Refusal(d.BAD_REQUEST, "timestamp: required with query_offset_policy TIMESTAMP")
             got = await self.data.GetOffsetByTime(
@@ -429,7 +429,7 @@ class MessagingService:
             return s.QueryOffsetResponse(status=status(), offset=got.offset)
         queues = await self.data.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic, queue_id=qid), cc)
         q = queues.queues[0] if queues.queues else pb.QueueOffsets()
-        return s.QueryOffsetResponse(status=status(), offset=q.min_offset if request.query_offset_policy == s.BEGINNING else q.max_offset)
+        return s.QueryOffsetResponse(status=status(), offset=q.min_offset if request.query_offset_policy == d.BEGINNING else q.max_offset)
 
     async def SyncLiteSubscription(self, request, context):
         return s.SyncLiteSubscriptionResponse(status=status(d.UNSUPPORTED, "lite topics are not supported by this store"))

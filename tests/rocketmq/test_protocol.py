@@ -1,0 +1,239 @@
+"""apache.rocketmq.v2 calls made directly (a raw stub, as any language's client would): bad
+requests answered with StatusCode.md's codes and a message naming the field (never INTERNAL,
+never a failed call); the offset-based consumer's calls (PullMessage, GetOffset, UpdateOffset,
+QueryOffset), which the Python client does not offer; routes, assignments and signatures."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
+
+from msgstore.client import Client, QueueRef
+
+d, s = definition_pb2, service_pb2
+ID = "0102FC0000000147B90B193C1300000000"
+
+
+@pytest.fixture
+def stub(server):
+    with grpc.insecure_channel(server.address) as channel:
+        yield MessagingServiceStub(channel)
+
+
+def res(name: str) -> d.Resource:
+    return d.Resource(name=name)
+
+
+def msg(topic: str = "t", body: bytes = b"x", **system) -> d.Message:
+    m = d.Message(topic=res(topic), body=body)
+    m.system_properties.message_id = system.pop("message_id", ID)
+    m.system_properties.message_type = system.pop("message_type", d.NORMAL)
+    for k, v in system.items():
+        if hasattr(v, "CopyFrom"):
+            getattr(m.system_properties, k).CopyFrom(v)
+        else:
+            setattr(m.system_properties, k, v)
+    return m
+
+
+def send(stub, *messages: d.Message) -> s.SendMessageResponse:
+    return stub.SendMessage(s.SendMessageRequest(messages=messages), timeout=10)
+
+
+def stream_status(responses) -> tuple[d.Status, list, int | None]:
+    status, messages, next_offset = None, [], None
+    for r in responses:
+        kind = r.WhichOneof("content")
+        if kind == "status":
+            status = r.status
+        elif kind == "message":
+            messages.append(r.message)
+        elif kind == "next_offset":
+            next_offset = r.next_offset
+    return status, messages, next_offset
+
+
+def datetime_ts(days: int):
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    t = Timestamp()
+    t.FromDatetime(datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=days))
+    return t
+
+
+BAD_SENDS = [
+    (lambda: msg(topic="no spaces allowed"), d.ILLEGAL_TOPIC, "messages[0].topic.name"),
+    (lambda: msg(body=b""), d.MESSAGE_BODY_EMPTY, "messages[0].body"),
+    (lambda: msg(message_id="not hex!"), d.ILLEGAL_MESSAGE_ID, "messages[0].system_properties.message_id"),
+    (lambda: msg(tag="a||b"), d.ILLEGAL_MESSAGE_TAG, "messages[0].system_properties.tag"),
+    (lambda: msg(message_type=d.FIFO), d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "messages[0].system_properties"),
+    (lambda: msg(message_type=d.TRANSACTION, message_group="g"), d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "messages[0].system_properties"),
+    (
+        lambda: msg(message_type=d.DELAY, delivery_timestamp=datetime_ts(days=3650)),
+        d.ILLEGAL_DELIVERY_TIME,
+        "messages[0].system_properties.delivery_timestamp",
+    ),
+    (lambda: msg(message_type=d.LITE), d.BAD_REQUEST, "messages[0].system_properties.message_type"),
+]
+
+
+@pytest.mark.parametrize("make, code, field", BAD_SENDS, ids=[d.Code.Name(c) + f"-{i}" for i, (_m, c, _f) in enumerate(BAD_SENDS)])
+def test_a_bad_send_gets_its_documented_code_naming_the_field(stub, make, code, field):
+    resp = send(stub, make())
+    assert resp.status.code == code, resp.status
+    assert resp.status.message.startswith(field), resp.status.message
+
+
+def test_a_reserved_user_property_is_refused(stub):
+    m = msg()
+    m.user_properties["UNIQ_KEY"] = "mine"
+    resp = send(stub, m)
+    assert resp.status.code == d.ILLEGAL_MESSAGE_PROPERTY_KEY and "UNIQ_KEY" in resp.status.message
+
+
+def test_bad_receives_acks_and_transactions_get_their_codes(stub):
+    assert send(stub, msg()).status.code == d.OK
+    base = dict(group=res("g"), message_queue=d.MessageQueue(topic=res("t")), batch_size=1)
+
+    def receive(**kw):
+        return stream_status(stub.ReceiveMessage(s.ReceiveMessageRequest(**{**base, **kw}), timeout=10))[0]
+
+    st = receive()  # neither an invisible duration nor auto_renew
+    assert st.code == d.ILLEGAL_INVISIBLE_TIME and st.message.startswith("invisible_duration")
+    st = receive(invisible_duration=Duration(seconds=1), filter_expression=d.FilterExpression(type=d.SQL, expression="a > 1"))
+    assert st.code == d.UNSUPPORTED and "SQL92" in st.message
+    st = receive(invisible_duration=Duration(seconds=1), long_polling_timeout=Duration(seconds=3600))
+    assert st.code == d.ILLEGAL_POLLING_TIME and st.message.startswith("long_polling_timeout")
+    st = receive(group=res("bad group"), invisible_duration=Duration(seconds=1))
+    assert st.code == d.ILLEGAL_CONSUMER_GROUP and st.message.startswith("group.name")
+    ack = stub.AckMessage(
+        s.AckMessageRequest(group=res("g"), topic=res("t"), entries=[s.AckMessageEntry(receipt_handle="garbage")]), timeout=10
+    )
+    assert ack.status.code == d.INVALID_RECEIPT_HANDLE and ack.status.message.startswith("entries[0]")
+    end = stub.EndTransaction(s.EndTransactionRequest(topic=res("t"), transaction_id="nope", resolution=d.COMMIT), timeout=10)
+    assert end.status.code == d.INVALID_TRANSACTION_ID and end.status.message.startswith("transaction_id")
+    end = stub.EndTransaction(s.EndTransactionRequest(topic=res("t"), transaction_id="nope"), timeout=10)
+    assert end.status.code == d.BAD_REQUEST and end.status.message.startswith("resolution")
+    fwd = stub.ForwardMessageToDeadLetterQueue(
+        s.ForwardMessageToDeadLetterQueueRequest(group=res("g"), topic=res("t"), receipt_handle="garbage"), timeout=10
+    )
+    assert fwd.status.code == d.INVALID_RECEIPT_HANDLE and fwd.status.message.startswith("receipt_handle")
+    recall = stub.RecallMessage(s.RecallMessageRequest(topic=res("t"), recall_handle="garbage"), timeout=10)
+    assert recall.status.code == d.BAD_REQUEST and recall.status.message.startswith("recall_handle")
+    lite = stub.SyncLiteSubscription(s.SyncLiteSubscriptionRequest(topic=res("t"), group=res("g")), timeout=10)
+    assert lite.status.code == d.UNSUPPORTED
+
+
+def test_an_acked_receipt_cannot_be_acked_again(stub):
+    assert send(stub, msg()).status.code == d.OK
+    req = s.ReceiveMessageRequest(
+        group=res("g"), message_queue=d.MessageQueue(topic=res("t")), batch_size=1, invisible_duration=Duration(seconds=30)
+    )
+    st, got, _ = stream_status(stub.ReceiveMessage(req, timeout=10))
+    assert st.code == d.OK and len(got) == 1 and got[0].system_properties.delivery_attempt == 1
+    entry = s.AckMessageEntry(message_id=got[0].system_properties.message_id, receipt_handle=got[0].system_properties.receipt_handle)
+    ack = s.AckMessageRequest(group=res("g"), topic=res("t"), entries=[entry])
+    assert stub.AckMessage(ack, timeout=10).status.code == d.OK
+    again = stub.AckMessage(ack, timeout=10)
+    assert again.status.code == d.INVALID_RECEIPT_HANDLE and again.entries[0].status.code == d.INVALID_RECEIPT_HANDLE
+    change = stub.ChangeInvisibleDuration(
+        s.ChangeInvisibleDurationRequest(
+            group=res("g"), topic=res("t"), receipt_handle=entry.receipt_handle, invisible_duration=Duration(seconds=1)
+        ),
+        timeout=10,
+    )
+    assert change.status.code == d.INVALID_RECEIPT_HANDLE, change.status
+
+
+def test_the_offset_based_consumer(stub, server):
+    with Client(server.address, timeout=10) as ours:
+        ours.create_topic("ledger", 1)
+    for i in range(5):
+        assert send(stub, msg("ledger", b"e%d" % i, message_id=f"{i + 1:034X}", tag="odd" if i % 2 else "even")).status.code == d.OK
+    mq = d.MessageQueue(topic=res("ledger"), id=0)
+    begin = stub.QueryOffset(s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.BEGINNING), timeout=10)
+    end = stub.QueryOffset(s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.END), timeout=10)
+    assert (begin.status.code, begin.offset, end.offset) == (d.OK, 0, 5)
+    st, got, nxt = stream_status(
+        stub.PullMessage(s.PullMessageRequest(group=res("g"), message_queue=mq, offset=1, batch_size=10), timeout=10)
+    )
+    assert st.code == d.OK and [m.body for m in got] == [b"e1", b"e2", b"e3", b"e4"] and nxt == 5
+    assert [m.system_properties.queue_offset for m in got] == [1, 2, 3, 4] and got[0].system_properties.message_id == f"{2:034X}"
+    st, got, _ = stream_status(
+        stub.PullMessage(
+            s.PullMessageRequest(
+                group=res("g"),
+                message_queue=mq,
+                offset=0,
+                batch_size=10,
+                filter_expression=d.FilterExpression(type=d.TAG, expression="odd"),
+            ),
+            timeout=10,
+        )
+    )
+    assert [m.body for m in got] == [b"e1", b"e3"]
+    st, got, nxt = stream_status(
+        stub.PullMessage(s.PullMessageRequest(group=res("g"), message_queue=mq, offset=5, batch_size=10), timeout=10)
+    )
+    assert st.code == d.MESSAGE_NOT_FOUND and got == [] and nxt == 5
+    st, _, nxt = stream_status(
+        stub.PullMessage(s.PullMessageRequest(group=res("g"), message_queue=mq, offset=99, batch_size=10), timeout=10)
+    )
+    assert st.code == d.ILLEGAL_OFFSET and st.message.startswith("offset") and nxt == 0  # (RocketMQ's correction: the start)
+    missing = stub.GetOffset(s.GetOffsetRequest(group=res("g"), message_queue=mq), timeout=10)
+    assert missing.status.code == d.OFFSET_NOT_FOUND
+    assert stub.UpdateOffset(s.UpdateOffsetRequest(group=res("g"), message_queue=mq, offset=3), timeout=10).status.code == d.OK
+    assert stub.GetOffset(s.GetOffsetRequest(group=res("g"), message_queue=mq), timeout=10).offset == 3
+    with Client(server.address, timeout=10) as ours:  # the same offset, seen through msgstore.v1
+        node = ours.route("ledger").nodes[0]
+        assert ours.committed("g", "ledger", QueueRef(node.name, node.address, 0)) == 3
+
+
+def test_route_and_assignment_name_the_node_as_a_broker(stub, server):
+    route = stub.QueryRoute(s.QueryRouteRequest(topic=res("orders")), timeout=10)
+    assert route.status.code == d.OK and route.message_queues
+    brokers = {(q.broker.name, q.broker.id) for q in route.message_queues}
+    assert brokers == {(server.name, 0)}
+    host, port = server.address.split(":")
+    ep = route.message_queues[0].broker.endpoints
+    assert ep.scheme == d.IPv4 and [(a.host, a.port) for a in ep.addresses] == [(host, int(port))]
+    assert all(
+        q.permission == d.READ_WRITE and set(q.accept_message_types) >= {d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION}
+        for q in route.message_queues
+    )
+    assigned = stub.QueryAssignment(s.QueryAssignmentRequest(topic=res("orders"), group=res("g")), timeout=10)
+    assert assigned.status.code == d.OK and [a.message_queue.broker.name for a in assigned.assignments] == [server.name]
+    bad = stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="orders", resource_namespace="ns")), timeout=10)
+    assert bad.status.code == d.BAD_REQUEST and "namespace" in bad.status.message
+
+
+def signed(secret: str, when: datetime.datetime) -> list[tuple[str, str]]:
+    stamp = when.strftime("%Y%m%dT%H%M%SZ")
+    sig = hmac.new(secret.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+    return [("x-mq-date-time", stamp), ("authorization", f"MQv2-HMAC-SHA1 Credential=app, SignedHeaders=x-mq-date-time, Signature={sig}")]
+
+
+def test_signatures_are_checked_when_a_data_token_is_set(servers, tmp_path):
+    (tmp_path / "token").write_text("s3cret")
+    node = servers("secured", args=["--token-file", str(tmp_path / "token")])
+    now = datetime.datetime.now()
+    req = s.QueryRouteRequest(topic=res("t"))
+    with grpc.insecure_channel(node.address) as channel:
+        stub = MessagingServiceStub(channel)
+        assert stub.QueryRoute(req, metadata=signed("s3cret", now), timeout=10).status.code == d.OK
+        for metadata, why in (
+            ([], "needs signed requests"),
+            (signed("wrong", now), "does not match"),
+            (signed("s3cret", now - datetime.timedelta(hours=2)), "minutes off"),
+        ):
+            st = stub.QueryRoute(req, metadata=metadata, timeout=10).status
+            assert st.code == d.UNAUTHORIZED and why in st.message, st
+        # the Telemetry stream says so too, and ends
+        answers = list(stub.Telemetry(iter([s.TelemetryCommand(settings=d.Settings())]), metadata=[], timeout=10))
+        assert [a.status.code for a in answers] == [d.UNAUTHORIZED]
