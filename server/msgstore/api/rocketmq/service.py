@@ -136,13 +136,14 @@ class MessagingService:
     async def _brokers(self, topic: str, context) -> list[tuple[Any, list[int]]]:
         """(v2 Broker, queue ids) for each replica group's ready master."""
         route = await self.data.GetRoute(pb.GetRouteRequest(topic=topic), CallContext(context))
-        out, seen = [], set()
+        masters: dict[str, pb.NodeRoute] = {}
         for n in route.nodes:
             group = n.group or n.name
-            if not n.ready or n.role != "MASTER" or n.fenced or group in seen:
+            if not n.ready or n.role != "MASTER" or n.fenced:
                 continue
-            seen.add(group)
-            out.append((d.Broker(name=group, id=0, endpoints=endpoints(n.address)), list(n.queue_ids)))
+            if group not in masters or n.epoch > masters[group].epoch:  # (a deposed master a peer still remembers: the older epoch)
+                masters[group] = n
+        out = [(d.Broker(name=group, id=0, endpoints=endpoints(n.address)), list(n.queue_ids)) for group, n in sorted(masters.items())]
         if not out:
             raise Refusal(d.HA_NOT_AVAILABLE, f"no master serving topic {topic} is ready now (starting, or a failover in progress)")
         return out
