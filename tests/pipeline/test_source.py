@@ -180,3 +180,37 @@ def test_the_stores_own_topics_are_read_only_when_asked(spark, tmp_path):
         "rmq_sys_wheel_timer",
     ]
     assert offline(spark, root, topics="%DLQ%g").count() == 1
+
+
+def test_messages_sent_with_rocketmqs_official_client_are_read_by_the_source(spark, tmp_path):
+    """Issue 23: what a RocketMQ 5 application writes (its message id, tag, keys, properties, a
+    FIFO message group) is in the DataFrame as RocketMQ stores it."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    node = ServerProcess(str(tmp_path / "data"), name="rmq-node").start()
+    try:
+        producer = Producer(ClientConfiguration(node.address, Credentials()), ("shipments",))
+        producer.startup()
+        sent = {}
+        try:
+            for i in range(4):
+                m = Message()
+                m.topic, m.body, m.tag, m.keys = "shipments", b"parcel-%d" % i, "eu", f"parcel-{i}"
+                m.add_property("carrier", "dhl")
+                if i % 2:
+                    m.message_group = "truck-1"
+                sent[producer.send(m).message_id] = i
+        finally:
+            producer.shutdown()
+        with Client(node.address, timeout=10) as c:  # dispatched before Spark reads
+            for q in c.route("shipments").queues:
+                c.pull("shipments", q, 0, timeout_ms=2000)
+        rows = live(spark, node, topics="shipments").select("body", "keys", "tags", "properties").collect()
+    finally:
+        node.kill()
+    assert sorted(r.body for r in rows) == [b"parcel-%d" % i for i in range(4)]
+    for r in rows:
+        props = dict(r.properties)
+        i = sent[props["UNIQ_KEY"]]  # the official client's message id
+        assert r.body == b"parcel-%d" % i and r.tags == "eu" and f"parcel-{i}" in r.keys and props["carrier"] == "dhl"
+        assert props.get("__SHARDINGKEY") == ("truck-1" if i % 2 else None)
