@@ -1,6 +1,6 @@
 """``make bench``: every benchmark, printed and saved under tests/bench/results/.
 
-BENCH_ONLY=store,grpc,pipeline,peers,groups,ha,scale,delays picks suites
+BENCH_ONLY=store,grpc,pipeline,peers,groups,ha,scale,delays,rocketmq picks suites
 (scale: BENCH_SCALE_QUEUES=10000,50000,100000; peers: the comparison with NATS JetStream and
 Redis, written as results/peers.md and peers.png; BENCH_SCALE=0.1 for a quick look); BENCH_DIR chooses where data goes (default: a temporary
 directory on the same disk as the repository).
@@ -13,7 +13,18 @@ import sys
 import tempfile
 import time
 
-from . import bench_delays, bench_groups, bench_grpc, bench_ha, bench_peers, bench_pipeline, bench_scale, bench_store, report
+from . import (
+    bench_delays,
+    bench_groups,
+    bench_grpc,
+    bench_ha,
+    bench_peers,
+    bench_pipeline,
+    bench_rocketmq,
+    bench_scale,
+    bench_store,
+    report,
+)
 from .common import machine, save
 
 SUITES = {
@@ -25,6 +36,7 @@ SUITES = {
     "ha": bench_ha.run,
     "scale": bench_scale.run,
     "delays": bench_delays.run,
+    "rocketmq": bench_rocketmq.run,
 }
 
 

@@ -146,8 +146,27 @@ def test_change_invisible_duration_keeps_a_message_away_then_lets_it_back(server
 
 
 def test_fifo_messages_keep_their_order_per_message_group(server):
-    with Client(server.address, timeout=10) as ours:
-        ours.update_group("ledger", fifo=True)
+    out = subprocess.run(  # as a platform team would (RocketMQ's mqadmin updateSubGroup -o true)
+        [
+            sys.executable,
+            "-m",
+            "msgstore.cli",
+            "groups",
+            "ledger",
+            "--fifo",
+            "--max-deliveries",
+            "5",
+            "--backoff",
+            "1,2",
+            "--server",
+            server.address,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
     cfg = config(server.address)
     with started(Producer(cfg, ("accounts",))) as producer:
         for i in range(5):

@@ -237,3 +237,18 @@ def test_signatures_are_checked_when_a_data_token_is_set(servers, tmp_path):
         # the Telemetry stream says so too, and ends
         answers = list(stub.Telemetry(iter([s.TelemetryCommand(settings=d.Settings())]), metadata=[], timeout=10))
         assert [a.status.code for a in answers] == [d.UNAUTHORIZED]
+
+
+def test_telemetry_answers_each_client_with_the_settings_it_holds(stub, server):
+    with Client(server.address, timeout=10) as ours:
+        ours.update_group("ledger", fifo=True, max_deliveries=5, backoff=[1, 2])
+    consumer = d.Settings(client_type=d.PUSH_CONSUMER, subscription=d.Subscription(group=res("ledger")))
+    producer = d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(topics=[res("t")]))
+    answers = list(stub.Telemetry(iter([s.TelemetryCommand(settings=consumer), s.TelemetryCommand(settings=producer)]), timeout=10))
+    assert [a.status.code for a in answers] == [d.OK, d.OK]
+    sub, pub = answers[0].settings, answers[1].settings
+    assert sub.subscription.fifo and sub.backoff_policy.max_attempts == 5
+    assert [x.seconds for x in sub.backoff_policy.customized_backoff.next] == [1, 2]
+    assert sub.subscription.long_polling_timeout.seconds > 0 and sub.subscription.receive_batch_size > 0
+    assert pub.publishing.max_body_size == 4 * 1024 * 1024 and pub.publishing.validate_message_type
+    assert not sub.metric.on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..output import emit as _emit
@@ -56,7 +57,18 @@ def group_report(found) -> list[dict[str, Any]]:
 
 def cmd_groups(args) -> int:
     skipped: list[str] = []
+    changes = args.fifo is not None or args.max_deliveries or args.backoff
+    if changes and not args.group:
+        print("error: --fifo, --max-deliveries and --backoff change one group: name it", file=sys.stderr)
+        return 2
+    try:
+        backoff = [float(x) for x in args.backoff.split(",") if x.strip()]
+    except ValueError:
+        print(f"error: --backoff: seconds separated by commas, got {args.backoff!r}", file=sys.stderr)
+        return 2
     with open_client(args) as c:
+        if changes:
+            c.update_group(args.group, max_deliveries=args.max_deliveries, backoff=backoff, fifo=args.fifo)
         report = group_report(c.describe_groups(args.group or "", skipped=skipped))
     if args.json:
         _emit(args, report)

@@ -240,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("groups", help="consumer groups: members, the queues each holds, committed offsets and lag")
     s.add_argument("group", nargs="?", help="only this group")
+    policy = s.add_argument_group("retry policy of GROUP, set on every node first (RocketMQ's updateSubGroup)")
+    policy.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None, help="each message group in order, one at a time")
+    policy.add_argument("--max-deliveries", type=int, default=0, help="deliveries before the DLQ, the first included (retryMaxTimes + 1)")
+    policy.add_argument("--backoff", default="", help="seconds to wait after delivery 1, 2, ... (comma-separated, the last repeating)")
     _connection_options(s)
     s.set_defaults(fn=cmd_groups)
 
