@@ -9,23 +9,13 @@ import threading
 import pytest
 from rocketmq import ClientConfiguration, Credentials, MessageListener
 
-from tests.support.servers import ServerProcess
+from tests.api import conftest as api
+
+# real server processes, started and stopped as tests/api does
+servers = api.servers
+cluster = api.cluster
 
 FAST_TX = ["transactionTimeOut=300", "transactionCheckInterval=300", "transactionCheckMax=3"]
-
-
-@pytest.fixture
-def servers(tmp_path):
-    started: list[ServerProcess] = []
-
-    def factory(name: str = "node", wait: bool = True, **kw) -> ServerProcess:
-        proc = ServerProcess(str(tmp_path / name), name=name, **kw)
-        started.append(proc)
-        return proc.start(wait=wait)
-
-    yield factory
-    for p in started:
-        p.kill()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from msgstore.client import Client
 from tests.ha.conftest import Group, caught_up, role
 from tests.rocketmq.conftest import config, started
 from tests.rocketmq.test_official_client import message, receive_all
-from tests.support.servers import ServerProcess, free_port, wait_until
+from tests.support.servers import wait_until
 
 FAST_FAILURE = ["haKeepaliveTimeout=1500"]
 
@@ -25,31 +25,14 @@ def address(endpoints) -> str:
 
 
 @pytest.fixture
-def three(tmp_path):
-    ports = [free_port() for _ in range(3)]
-    nodes = [
-        ServerProcess(
-            str(tmp_path / f"store-{i}"), port=p, name=f"store-{i}", args=["--peers", ",".join(f"127.0.0.1:{q}" for q in ports if q != p)]
-        )
-        for i, p in enumerate(ports)
-    ]
-    for n in nodes:
-        n.start(wait=False)
-    for n in nodes:
-        n.wait_serving()
-    yield nodes
-    for n in nodes:
-        n.kill()
-
-
-@pytest.fixture
 def group(tmp_path):
     g = Group(tmp_path, 2, FAST_FAILURE, FAST_FAILURE)
     yield g.start()
     g.kill_all()
 
 
-def test_three_nodes_are_three_brokers_and_messages_spread_over_them(three):
+def test_three_nodes_are_three_brokers_and_messages_spread_over_them(cluster):
+    three = cluster
     cfg = config(three[0].address)  # one address: the route names the others
     with started(Producer(cfg, ("spread",))) as producer:
         ids = {producer.send(message("spread", b"m%d" % i)).message_id for i in range(24)}

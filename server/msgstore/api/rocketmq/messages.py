@@ -26,13 +26,12 @@ from ...broker.pop import (
 )
 from ...broker.system_topics import (
     PROP_DELAY,
-    PROP_REAL_QID,
-    PROP_REAL_TOPIC,
     PROP_TIMER_DEL_UNIQKEY,
     PROP_TIMER_DELAY_MS,
     PROP_TIMER_DELAY_SEC,
     PROP_TIMER_DELIVER_MS,
     PROP_TIMER_OUT_MS,
+    SCHEDULING_PROPERTIES,
 )
 from ...broker.transactions import PROP_HALF_OFFSET, PROP_PRODUCER_GROUP, PROP_TRANSACTION_PREPARED
 from ...record import codec
@@ -48,12 +47,7 @@ SYSTEM_PROPERTIES = frozenset(
         codec.PROP_TAGS,
         codec.PROP_UNIQ_KEY,
         codec.PROP_WAIT,
-        PROP_DELAY,
-        PROP_REAL_TOPIC,
-        PROP_REAL_QID,
-        PROP_TIMER_DELIVER_MS,
-        PROP_TIMER_DELAY_SEC,
-        PROP_TIMER_DELAY_MS,
+        *SCHEDULING_PROPERTIES,
         PROP_TIMER_OUT_MS,
         PROP_TIMER_DEL_UNIQKEY,
         PROP_MESSAGE_GROUP,

@@ -109,6 +109,19 @@ def _duration_ms(dur: Any) -> int:
     return dur.seconds * 1000 + dur.nanos // 1_000_000
 
 
+def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -> Any:
+    """The v2 status a call that raised ``e`` answers with (and the error it counts)."""
+    if isinstance(e, Refusal):
+        code, message = e.code, e.message
+    elif isinstance(e, v.InvalidArgument):
+        code, message = field_code(e.field), str(e)
+    else:  # our bug: say so in the status, keep serving
+        log.error("v2 %s failed", name, exc_info=e)
+        code, message = d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"
+    count_error(f"v2.{name}", d.Code.Name(code))
+    return status(code, message)
+
+
 class MessagingService:
     def __init__(self, server: StoreServer, data: DataPlane):
         self.server = server
@@ -463,18 +476,10 @@ class MessagingService:
             try:
                 self.authorize(context)
                 return await fn(request, context)
-            except Refusal as e:
-                count_error(f"v2.{name}", d.Code.Name(e.code))
-                return resp_cls(status=status(e.code, e.message))
-            except v.InvalidArgument as e:
-                count_error(f"v2.{name}", "BAD_REQUEST")
-                return resp_cls(status=status(field_code(e.field), str(e)))
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
-            except Exception as e:  # our bug: say so in the status, keep serving
-                log.exception("v2 %s failed", name)
-                count_error(f"v2.{name}", "INTERNAL_ERROR")
-                return resp_cls(status=status(d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"))
+            except Exception as e:
+                return resp_cls(status=_failure(name, e, count_error))
 
         return handler
 
@@ -484,18 +489,10 @@ class MessagingService:
                 self.authorize(context)
                 async for item in fn(request, context):
                     yield item
-            except Refusal as e:
-                count_error(f"v2.{name}", d.Code.Name(e.code))
-                yield resp_cls(status=status(e.code, e.message))
-            except v.InvalidArgument as e:
-                count_error(f"v2.{name}", "BAD_REQUEST")
-                yield resp_cls(status=status(field_code(e.field), str(e)))
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception as e:
-                log.exception("v2 %s failed", name)
-                count_error(f"v2.{name}", "INTERNAL_ERROR")
-                yield resp_cls(status=status(d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"))
+                yield resp_cls(status=_failure(name, e, count_error))
 
         return handler
 
