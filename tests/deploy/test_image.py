@@ -9,8 +9,10 @@ import shutil
 import subprocess
 import sys
 
+import grpc
 import pytest
 import yaml
+from rocketmq.grpc_protocol import Code, MessagingServiceStub, QueryRouteRequest, Resource
 
 from msgstore.client import Client, OutMessage
 from tests.support.servers import free_port, wait_until
@@ -101,6 +103,10 @@ def test_image_serves_as_uid_10001_with_a_read_only_root_and_stops_cleanly(image
             q = next(q for q in c.route("image").queues if q.queue_id == sent.queue_id)
             got = c.pull("image", q, sent.queue_offset, max_messages=1, timeout_ms=3000)
             assert got.messages[0].body == b"from the image"
+        # RocketMQ 5's protocol too (its generated modules loaded in the read-only image)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            route = MessagingServiceStub(channel).QueryRoute(QueryRouteRequest(topic=Resource(name="image")), timeout=10)
+            assert route.status.code == Code.OK and route.message_queues, route
         assert podman("exec", name, "id", "-u").stdout.strip() == str(UID)
         write = podman("exec", name, "touch", "/opt/msgstore/x", check=False)
         assert write.returncode != 0 and "Read-only file system" in write.stderr
