@@ -6,8 +6,10 @@ QueryOffset), which the Python client does not offer; routes, assignments and si
 from __future__ import annotations
 
 import datetime
+import gzip
 import hashlib
 import hmac
+import zlib
 
 import grpc
 import pytest
@@ -15,6 +17,9 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
 
 from msgstore.client import Client, QueueRef
+from msgstore.record.codec import FLAG_COMPRESSED
+from msgstore.store import Message, MessageStore
+from tests.support.servers import SMALL_STORE, ServerProcess, wait_until
 
 d, s = definition_pb2, service_pb2
 ID = "0102FC0000000147B90B193C1300000000"
@@ -80,6 +85,9 @@ BAD_SENDS = [
         "messages[0].system_properties.delivery_timestamp",
     ),
     (lambda: msg(message_type=d.LITE), d.BAD_REQUEST, "messages[0].system_properties.message_type"),
+    (lambda: msg(message_type=99), d.BAD_REQUEST, "messages[0].system_properties.message_type"),
+    (lambda: msg(body=b"not gzip", body_encoding=d.GZIP), d.MESSAGE_CORRUPTED, "messages[0].body"),
+    (lambda: msg(body=gzip.compress(b"x" * (5 << 20)), body_encoding=d.GZIP), d.MESSAGE_BODY_TOO_LARGE, "messages[0].body"),
 ]
 
 
@@ -118,7 +126,7 @@ def test_bad_receives_acks_and_transactions_get_their_codes(stub):
     assert ack.status.code == d.INVALID_RECEIPT_HANDLE and ack.status.message.startswith("entries[0]")
     end = stub.EndTransaction(s.EndTransactionRequest(topic=res("t"), transaction_id="nope", resolution=d.COMMIT), timeout=10)
     assert end.status.code == d.INVALID_TRANSACTION_ID and end.status.message.startswith("transaction_id")
-    end = stub.EndTransaction(s.EndTransactionRequest(topic=res("t"), transaction_id="nope"), timeout=10)
+    end = stub.EndTransaction(s.EndTransactionRequest(topic=res("t"), transaction_id="nope", resolution=7), timeout=10)
     assert end.status.code == d.BAD_REQUEST and end.status.message.startswith("resolution")
     fwd = stub.ForwardMessageToDeadLetterQueue(
         s.ForwardMessageToDeadLetterQueueRequest(group=res("g"), topic=res("t"), receipt_handle="garbage"), timeout=10
@@ -157,6 +165,8 @@ def test_the_offset_based_consumer(stub, server):
     for i in range(5):
         assert send(stub, msg("ledger", b"e%d" % i, message_id=f"{i + 1:034X}", tag="odd" if i % 2 else "even")).status.code == d.OK
     mq = d.MessageQueue(topic=res("ledger"), id=0)
+    end_of = s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.END)
+    wait_until(lambda: stub.QueryOffset(end_of, timeout=10).offset == 5, what="the five messages dispatched")
     begin = stub.QueryOffset(s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.BEGINNING), timeout=10)
     end = stub.QueryOffset(s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.END), timeout=10)
     assert (begin.status.code, begin.offset, end.offset) == (d.OK, 0, 5)
@@ -227,10 +237,12 @@ def test_signatures_are_checked_when_a_data_token_is_set(servers, tmp_path):
     with grpc.insecure_channel(node.address) as channel:
         stub = MessagingServiceStub(channel)
         assert stub.QueryRoute(req, metadata=signed("s3cret", now), timeout=10).status.code == d.OK
+        # the signed time is not checked (RocketMQ checks none; clients sign local time as UTC)
+        assert stub.QueryRoute(req, metadata=signed("s3cret", now - datetime.timedelta(hours=8)), timeout=10).status.code == d.OK
         for metadata, why in (
             ([], "needs signed requests"),
             (signed("wrong", now), "does not match"),
-            (signed("s3cret", now - datetime.timedelta(hours=2)), "minutes off"),
+            ([("x-mq-date-time", "yesterday"), signed("s3cret", now)[1]], "not a time"),
         ):
             st = stub.QueryRoute(req, metadata=metadata, timeout=10).status
             assert st.code == d.UNAUTHORIZED and why in st.message, st
@@ -252,3 +264,42 @@ def test_telemetry_answers_each_client_with_the_settings_it_holds(stub, server):
     assert sub.subscription.long_polling_timeout.seconds > 0 and sub.subscription.receive_batch_size > 0
     assert pub.publishing.max_body_size == 4 * 1024 * 1024 and pub.publishing.validate_message_type
     assert not sub.metric.on
+
+
+def test_compressed_bodies_are_stored_and_delivered_plain(stub, server):
+    """RocketMQ 5's Java client sends large bodies GZIP-encoded; RocketMQ 4's clients stored
+    zlib-compressed records (sys flag COMPRESSED): consumers of either protocol read plain bytes."""
+    body = b"compress me " * 1000
+    huge_born = msg(body=gzip.compress(body), body_encoding=d.GZIP, message_id=f"{7:034X}")
+    huge_born.system_properties.born_timestamp.seconds = 2**62  # (not a time: the store's own is kept)
+    assert send(stub, huge_born).status.code == d.OK
+    with Client(server.address, timeout=10) as ours:
+        n = ours.route("t", refresh=True).nodes[0]
+        stored = [m for q in n.queue_ids for m in ours.pull("t", QueueRef(n.name, n.address, q), 0).messages]
+        assert [m.body for m in stored] == [body] and not stored[0].sys_flag & FLAG_COMPRESSED
+    req = s.ReceiveMessageRequest(
+        group=res("g"), message_queue=d.MessageQueue(topic=res("t")), batch_size=8, invisible_duration=Duration(seconds=30)
+    )
+    st, got, _ = stream_status(stub.ReceiveMessage(req, timeout=10))
+    assert [m.body for m in got] == [body] and got[0].system_properties.body_encoding == d.IDENTITY
+
+
+def test_a_rocketmq_4_compressed_record_is_delivered_uncompressed(tmp_path):
+    body = b"written by a RocketMQ 4 producer " * 200
+    root = str(tmp_path / "store")
+    store = MessageStore(root, dict(kv.split("=", 1) for kv in SMALL_STORE)).start()  # (as the server process runs)
+    assert store.put_messages("old", 0, [Message("old", zlib.compress(body), sys_flag=FLAG_COMPRESSED)]).ok
+    store.shutdown()
+    node = ServerProcess(root, name="old-node").start()
+    try:
+        with grpc.insecure_channel(node.address) as channel:
+            st, got, _ = stream_status(
+                MessagingServiceStub(channel).PullMessage(
+                    s.PullMessageRequest(group=res("g"), message_queue=d.MessageQueue(topic=res("old"), id=0), offset=0, batch_size=1),
+                    timeout=10,
+                )
+            )
+    finally:
+        node.kill()
+    assert st.code == d.OK and [m.body for m in got] == [body]
+    assert got[0].system_properties.body_digest.checksum == f"{zlib.crc32(body):08X}"

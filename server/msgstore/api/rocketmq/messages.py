@@ -102,7 +102,7 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
         raise Refusal(d.MESSAGE_BODY_TOO_LARGE, f"{field}.body: {len(m.body)} bytes, over the {max_body} this store takes")
     if not _MESSAGE_ID.match(sp.message_id):
         raise Refusal(d.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: 1-128 hex characters, got {sp.message_id[:40]!r}")
-    entry = pb.SendEntry(topic=topic, queue_id=queue_id, body=m.body, uniq_key=sp.message_id)
+    entry = pb.SendEntry(topic=topic, queue_id=queue_id, body=_plain_body(m, field, max_body), uniq_key=sp.message_id)
     if sp.HasField("tag"):
         if not sp.tag.strip() or any(c in sp.tag for c in _TAG_BAD):
             raise Refusal(d.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: must be non-blank and hold no '|', got {sp.tag[:40]!r}")
@@ -118,7 +118,7 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
             raise Refusal(d.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties: {name[:40]!r} is reserved or not allowed")
         entry.properties[name] = value
     kind = sp.message_type
-    if sp.HasField("born_timestamp") and _ms(sp.born_timestamp) > 0:
+    if sp.HasField("born_timestamp") and 0 < sp.born_timestamp.seconds < SECONDS_THAT_ARE_MS:
         entry.born_timestamp = _ms(sp.born_timestamp)
     has_group = sp.HasField("message_group") and sp.message_group != ""
     has_time = sp.HasField("delivery_timestamp")
@@ -129,7 +129,8 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
         d.TRANSACTION: has_group or has_time,
     }
     if kind not in conflict:
-        raise Refusal(d.BAD_REQUEST, f"{field}.system_properties.message_type: {d.MessageType.Name(kind)} is not supported here")
+        name = d.MessageType.Name(kind) if kind in d.MessageType.values() else str(kind)
+        raise Refusal(d.BAD_REQUEST, f"{field}.system_properties.message_type: {name} is not supported here")
     if conflict[kind]:
         raise Refusal(
             d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
@@ -162,11 +163,27 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
     if kind == d.TRANSACTION:
         entry.properties[PROP_TRANSACTION_PREPARED] = "true"
         entry.properties[PROP_PRODUCER_GROUP] = producer_group(topic)
-        if sp.HasField("orphaned_transaction_recovery_duration"):
-            s = sp.orphaned_transaction_recovery_duration.seconds
-            if s > 0:
-                entry.properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(s)
     return entry
+
+
+def _plain_body(m: Any, field: str, max_body: int) -> bytes:
+    """The body as stored: a GZIP-encoded one (RocketMQ's Java client compresses large bodies)
+    is stored uncompressed, so every consumer of either protocol reads the same bytes."""
+    encoding = m.system_properties.body_encoding
+    if encoding in (d.ENCODING_UNSPECIFIED, d.IDENTITY):
+        return bytes(m.body)
+    if encoding != d.GZIP:
+        raise Refusal(d.BAD_REQUEST, f"{field}.system_properties.body_encoding: {encoding} is not one this store knows")
+    inflate = zlib.decompressobj(wbits=31)
+    try:
+        body = inflate.decompress(m.body, max_body + 1)
+    except zlib.error as e:
+        raise Refusal(d.MESSAGE_CORRUPTED, f"{field}.body: not GZIP data ({e})") from None
+    if len(body) > max_body or inflate.unconsumed_tail:
+        raise Refusal(d.MESSAGE_BODY_TOO_LARGE, f"{field}.body: over {max_body} bytes once uncompressed")
+    if not body:
+        raise Refusal(d.MESSAGE_BODY_EMPTY, f"{field}.body: empty once uncompressed")
+    return body
 
 
 def producer_group(topic: str) -> str:
@@ -175,12 +192,19 @@ def producer_group(topic: str) -> str:
     return topic
 
 
+def _scheduled(props: dict[str, str]) -> bool:
+    """Sent with a delivery time (a retry also passes through the timer: it is not)."""
+    return PROP_RETRY_TOPIC not in props and any(
+        p in props for p in (PROP_TIMER_OUT_MS, PROP_TIMER_DELIVER_MS, PROP_TIMER_DELAY_MS, PROP_TIMER_DELAY_SEC, PROP_DELAY)
+    )
+
+
 def message_type(props: dict[str, str]) -> int:
     if props.get(PROP_TRANSACTION_PREPARED) == "true" or PROP_HALF_OFFSET in props:
         return d.TRANSACTION
     if props.get(PROP_MESSAGE_GROUP):
         return d.FIFO
-    if any(p in props for p in (PROP_TIMER_OUT_MS, PROP_TIMER_DELIVER_MS, PROP_TIMER_DELAY_MS, PROP_TIMER_DELAY_SEC, PROP_DELAY)):
+    if _scheduled(props):
         return d.DELAY
     return d.NORMAL
 
@@ -188,7 +212,13 @@ def message_type(props: dict[str, str]) -> int:
 def to_v2(m: pb.Message, topic: str | None = None) -> Any:
     """A stored message (as msgstore.v1 gives it) → an apache.rocketmq.v2 Message."""
     props = dict(m.properties)
-    out = d.Message(body=m.body)
+    body = m.body
+    if m.sys_flag & codec.FLAG_COMPRESSED:  # written by a RocketMQ 4 client (zlib): delivered as sent
+        try:
+            body = zlib.decompress(body)
+        except zlib.error:
+            pass  # not compressed after all: as stored (the digest still matches it)
+    out = d.Message(body=body)
     out.topic.name = topic or m.topic
     for k, v in props.items():
         if k not in SYSTEM_PROPERTIES:
@@ -199,7 +229,7 @@ def to_v2(m: pb.Message, topic: str | None = None) -> Any:
     sp.keys.extend(m.keys)
     sp.message_id = props.get(codec.PROP_UNIQ_KEY) or m.msg_id
     sp.body_digest.type = d.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")
+    sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
     sp.body_encoding = d.IDENTITY
     sp.message_type = message_type(props)
     sp.born_timestamp.CopyFrom(_ts(m.born_timestamp))
@@ -209,7 +239,7 @@ def to_v2(m: pb.Message, topic: str | None = None) -> Any:
     sp.queue_id = m.queue_id
     sp.queue_offset = m.queue_offset
     deliver = props.get(PROP_TIMER_OUT_MS) or props.get(PROP_TIMER_DELIVER_MS)  # (delivered: the time it was due)
-    if deliver and deliver.isdigit():
+    if deliver and deliver.isdigit() and _scheduled(props):
         sp.delivery_timestamp.CopyFrom(_ts(int(deliver)))
     if props.get(PROP_MESSAGE_GROUP):
         sp.message_group = props[PROP_MESSAGE_GROUP]

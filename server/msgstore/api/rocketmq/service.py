@@ -199,6 +199,8 @@ class MessagingService:
 
     def _queue_for(self, topic: str, message: Any) -> int:
         n = self.server.queue_count(topic)
+        if n <= 0:
+            raise Refusal(d.FORBIDDEN, f"topic {topic} has no write queues on this node")
         mg = message.system_properties.message_group
         if message.system_properties.HasField("message_group") and mg:
             return zlib.crc32(mg.encode()) % n  # one message group, one queue: its order holds
@@ -254,9 +256,12 @@ class MessagingService:
 
     async def EndTransaction(self, request, context):
         topic_of(request.topic)
-        resolution = {d.COMMIT: pb.COMMIT, d.ROLLBACK: pb.ROLLBACK}.get(request.resolution)
+        # (unspecified: not known yet, as RocketMQ's proxy takes it: checked back later)
+        resolution = {d.COMMIT: pb.COMMIT, d.ROLLBACK: pb.ROLLBACK, d.TRANSACTION_RESOLUTION_UNSPECIFIED: pb.UNKNOWN}.get(
+            request.resolution
+        )
         if resolution is None:
-            raise Refusal(d.BAD_REQUEST, "resolution: must be COMMIT or ROLLBACK")
+            raise Refusal(d.BAD_REQUEST, f"resolution: must be COMMIT or ROLLBACK, got {request.resolution}")
         await self.data.EndTransaction(
             pb.EndTransactionRequest(transaction_id=request.transaction_id, resolution=resolution), CallContext(context)
         )
