@@ -5,16 +5,23 @@ producer already running follows on its next route refresh, a new one at once.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from rocketmq import FilterExpression, Producer, SimpleConsumer
+from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
 
 from msgstore.client import Client
 from tests.ha.conftest import Group, caught_up, role
 from tests.rocketmq.conftest import config, started
 from tests.rocketmq.test_official_client import message, receive_all
-from tests.support.servers import wait_until
+from tests.support.servers import ROOT, wait_until
+
+d, s = definition_pb2, service_pb2
 
 FAST_FAILURE = ["haKeepaliveTimeout=1500"]
 
@@ -73,3 +80,91 @@ def test_a_replica_group_is_one_broker_and_a_failover_moves_it(group):
     with started(SimpleConsumer(config(new.address), "readers", {"orders": FilterExpression()}, 1)) as consumer:
         got = receive_all(consumer, 3)
         assert {b"before", b"fresh", b"after"} <= {m.body for m in got}
+
+
+def test_calls_reaching_a_deposed_master_or_another_member_go_on_to_the_master(group):
+    """A RocketMQ 5 client acks where it received, ends a transaction where it sent and recalls
+    at its access point: after a switchover those reach the old master, now a follower, which
+    sends them on to the new one (where the replicated deliveries, halves and timers are)."""
+    old, new = group.members
+    with grpc.insecure_channel(old.address) as to_old:
+        stub = MessagingServiceStub(to_old)
+        sent = stub.SendMessage(
+            s.SendMessageRequest(
+                messages=[v2_message("jobs", b"job", "01" + "A" * 32), v2_message("jobs", b"later", "01" + "B" * 32, at=60)]
+            ),
+            timeout=10,
+        )
+        assert sent.status.code == d.OK, sent
+        recall = sent.entries[1].recall_handle
+        half = v2_message("jobs", b"half", "01" + "C" * 32)
+        half.system_properties.message_type = d.TRANSACTION
+        tx = stub.SendMessage(s.SendMessageRequest(messages=[half]), timeout=10).entries[0].transaction_id
+        got = receive_one(stub, "workers", "jobs")
+        with Client(new.address, timeout=10) as c:
+            caught_up(c, new, old)
+        promote = subprocess.run(
+            [sys.executable, "-m", "msgstore.cli", "admin", "promote", "--server", new.address],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert promote.returncode == 0, promote.stderr
+        with Client(new.address, timeout=10) as c:
+            wait_until(lambda: role(c, old).role == "SLAVE", timeout=20, what="the old master to follow")
+        ack = stub.AckMessage(
+            s.AckMessageRequest(
+                group=d.Resource(name="workers"),
+                topic=d.Resource(name="jobs"),
+                entries=[
+                    s.AckMessageEntry(message_id=got.system_properties.message_id, receipt_handle=got.system_properties.receipt_handle)
+                ],
+            ),
+            timeout=10,
+        )
+        assert ack.status.code == d.OK, ack.status
+        end = stub.EndTransaction(
+            s.EndTransactionRequest(topic=d.Resource(name="jobs"), transaction_id=tx, resolution=d.COMMIT), timeout=10
+        )
+        assert end.status.code == d.OK, end.status
+        rec = stub.RecallMessage(s.RecallMessageRequest(topic=d.Resource(name="jobs"), recall_handle=recall), timeout=10)
+        assert rec.status.code == d.OK and rec.message_id == "01" + "B" * 32, rec.status
+    with grpc.insecure_channel(new.address) as to_new:  # the committed half arrives; the acked job never comes back
+        bodies: list[bytes] = []
+        wait_until(
+            lambda: bodies.extend(m.body for m in receive_all_raw(MessagingServiceStub(to_new), "workers", "jobs")) or bodies,
+            timeout=20,
+            what="the committed half",
+        )
+        assert bodies == [b"half"]
+
+
+def v2_message(topic: str, body: bytes, message_id: str, at: int = 0):
+    m = d.Message(topic=d.Resource(name=topic), body=body)
+    m.system_properties.message_id = message_id
+    m.system_properties.message_type = d.DELAY if at else d.NORMAL
+    if at:
+        m.system_properties.delivery_timestamp.seconds = int(time.time()) + at
+    return m
+
+
+def _receive(stub, group: str, topic: str, n: int) -> list:
+    req = s.ReceiveMessageRequest(
+        group=d.Resource(name=group),
+        message_queue=d.MessageQueue(topic=d.Resource(name=topic)),
+        batch_size=n,
+        invisible_duration=Duration(seconds=60),
+        long_polling_timeout=Duration(seconds=1),
+    )
+    return [r.message for r in stub.ReceiveMessage(req, timeout=10) if r.WhichOneof("content") == "message"]
+
+
+def receive_one(stub, group: str, topic: str):
+    got: list = []
+    wait_until(lambda: got.extend(_receive(stub, group, topic, 1)) or got, timeout=20, what="a delivery")
+    return got[0]
+
+
+def receive_all_raw(stub, group: str, topic: str) -> list:
+    return _receive(stub, group, topic, 32)

@@ -57,5 +57,6 @@ def _load() -> dict[str, Any]:
 _loaded = _load()
 definition: Any = _loaded["definition_pb2"]
 service: Any = _loaded["service_pb2"]
+service_grpc: Any = _loaded["service_pb2_grpc"]
 SERVICE = service.DESCRIPTOR.services_by_name["MessagingService"]
 Code: Any = definition.Code

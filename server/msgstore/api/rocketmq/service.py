@@ -28,9 +28,11 @@ from google.protobuf import message_factory
 
 from ...broker.pop import PopUnavailable, ReceiptExpired
 from ...record.recall_handle import RecallHandle
+from ...record.receipt import Receipt
 from ...v1 import msgstore_pb2 as pb
 from .. import validation as v
 from . import messages
+from .forwarding import Forwarder
 from .protocol import SERVICE
 from .protocol import definition as d
 from .protocol import service as s
@@ -109,6 +111,22 @@ def _duration_ms(dur: Any) -> int:
     return dur.seconds * 1000 + dur.nanos // 1_000_000
 
 
+def _group_of_receipt(handle: str) -> str:
+    """The replica group that gave out a receipt ('' when it is not one: answered here)."""
+    try:
+        return Receipt.decode(handle).node
+    except ValueError:
+        return ""
+
+
+def _group_of_handle(handle: str) -> str:
+    """The replica group of a transaction id or recall handle ('' when it is not one)."""
+    try:
+        return RecallHandle.decode(handle).group
+    except ValueError:
+        return ""
+
+
 def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -> Any:
     """The v2 status a call that raised ``e`` answers with (and the error it counts)."""
     if isinstance(e, Refusal):
@@ -127,6 +145,7 @@ class MessagingService:
         self.server = server
         self.data = data
         self.telemetry = Telemetry(self)
+        self.forwarder = Forwarder(self)
         self._turn = itertools.count()
 
     @property
@@ -147,19 +166,27 @@ class MessagingService:
     # ------------------------------------------------------------------ routes
 
     async def _brokers(self, topic: str, context) -> list[tuple[Any, list[int]]]:
-        """(v2 Broker, queue ids) for each replica group's ready master."""
+        """(v2 Broker, queue ids) for each replica group: its ready master with the newest epoch
+        (a peer may still remember a deposed one as master). A group whose master is gone and
+        not yet replaced keeps its queues, at the address its followers still follow: sends
+        there fail and are retried, but a FIFO message group keeps hashing to the same queue
+        (dropping the group would move every message group of the topic)."""
         route = await self.data.GetRoute(pb.GetRouteRequest(topic=topic), CallContext(context))
         masters: dict[str, pb.NodeRoute] = {}
+        orphaned: dict[str, tuple[str, list[int]]] = {}
         for n in route.nodes:
             group = n.group or n.name
-            if not n.ready or n.role != "MASTER" or n.fenced:
-                continue
-            if group not in masters or n.epoch > masters[group].epoch:  # (a deposed master a peer still remembers: the older epoch)
-                masters[group] = n
-        out = [(d.Broker(name=group, id=0, endpoints=endpoints(n.address)), list(n.queue_ids)) for group, n in sorted(masters.items())]
-        if not out:
+            if n.ready and n.role == "MASTER" and not n.fenced:
+                if group not in masters or n.epoch > masters[group].epoch:
+                    masters[group] = n
+            elif n.ready and n.master_address and n.queue_ids:
+                orphaned.setdefault(group, (n.master_address, list(n.queue_ids)))
+        out = {group: (n.address, list(n.queue_ids)) for group, n in masters.items()}
+        for group, known in orphaned.items():
+            out.setdefault(group, known)
+        if not masters:
             raise Refusal(d.HA_NOT_AVAILABLE, f"no master serving topic {topic} is ready now (starting, or a failover in progress)")
-        return out
+        return [(d.Broker(name=group, id=0, endpoints=endpoints(address)), qids) for group, (address, qids) in sorted(out.items())]
 
     async def QueryRoute(self, request, context):
         topic = topic_of(request.topic)
@@ -251,6 +278,9 @@ class MessagingService:
             handle = RecallHandle.decode(request.recall_handle)
         except ValueError:
             raise Refusal(d.BAD_REQUEST, "recall_handle: not a recall handle this store gave out") from None
+        forwarded = await self.forwarder.forward("RecallMessage", request, context, handle.group)
+        if forwarded is not None:
+            return forwarded
         await self.data.Recall(pb.RecallRequest(recall_handle=request.recall_handle), CallContext(context))
         return s.RecallMessageResponse(status=status(), message_id=handle.uniq_key)
 
@@ -262,6 +292,9 @@ class MessagingService:
         )
         if resolution is None:
             raise Refusal(d.BAD_REQUEST, f"resolution: must be COMMIT or ROLLBACK, got {request.resolution}")
+        forwarded = await self.forwarder.forward("EndTransaction", request, context, _group_of_handle(request.transaction_id))
+        if forwarded is not None:
+            return forwarded
         await self.data.EndTransaction(
             pb.EndTransactionRequest(transaction_id=request.transaction_id, resolution=resolution), CallContext(context)
         )
@@ -322,6 +355,9 @@ class MessagingService:
         topic = topic_of(request.topic)
         if not 1 <= len(request.entries) <= 1000:
             raise Refusal(d.BAD_REQUEST, f"entries: must hold 1 to 1000 entries, got {len(request.entries)}")
+        forwarded = await self.forwarder.forward("AckMessage", request, context, _group_of_receipt(request.entries[0].receipt_handle))
+        if forwarded is not None:
+            return forwarded
         try:
             got = await self.data.Ack(
                 pb.AckRequest(group=group, topic=topic, receipt_handles=[e.receipt_handle for e in request.entries]), CallContext(context)
@@ -351,6 +387,9 @@ class MessagingService:
         invisible = _duration_ms(request.invisible_duration)
         if not 0 <= invisible <= 12 * 3_600_000:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: must be 0 to 12 h, got {invisible} ms")
+        forwarded = await self.forwarder.forward("ChangeInvisibleDuration", request, context, _group_of_receipt(request.receipt_handle))
+        if forwarded is not None:
+            return forwarded
         try:
             got = await self.data.ChangeInvisible(
                 pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_ms=invisible),
@@ -363,6 +402,11 @@ class MessagingService:
     async def ForwardMessageToDeadLetterQueue(self, request, context):
         group = group_of(request.group)
         topic = topic_of(request.topic)
+        forwarded = await self.forwarder.forward(
+            "ForwardMessageToDeadLetterQueue", request, context, _group_of_receipt(request.receipt_handle)
+        )
+        if forwarded is not None:
+            return forwarded
         try:
             (receipt,) = self.data._receipts([request.receipt_handle], group, topic)
         except v.InvalidArgument as e:

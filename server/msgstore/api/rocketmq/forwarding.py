@@ -1,0 +1,82 @@
+"""Calls that must run on one replica group's master, sent on when they reach another node.
+
+A RocketMQ 5 client acknowledges at the address it received from, ends a transaction at the
+address it sent to, and recalls at its access point. After a failover the first two are a
+deposed master (now a follower), and any node may get the third: RocketMQ's proxy hides that
+by forwarding to the broker; so does this, one hop at most, to the group's ready master with
+the newest epoch. Receipts, transaction ids and recall handles name their group, and a
+group's in-flight deliveries, halves and timers are replicated, so its new master honours
+them."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ...v1 import msgstore_pb2 as pb
+from .protocol import definition as d
+from .protocol import service_grpc
+from .status import Refusal
+
+if TYPE_CHECKING:
+    from .service import MessagingService
+
+FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: it is never sent on again
+TIMEOUT_S = 10
+
+
+def was_forwarded(context) -> bool:
+    return any(k == FORWARDED for k, _ in context.invocation_metadata() or ())
+
+
+def signed(secret: str | None) -> list[tuple[str, str]]:
+    """Metadata of a call this node makes itself (signed with the data token when there is one)."""
+    out = [(FORWARDED, "1")]
+    if secret:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        sig = hmac.new(secret.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+        out += [
+            ("x-mq-date-time", stamp),
+            ("authorization", f"MQv2-HMAC-SHA1 Credential=msgstore, SignedHeaders=x-mq-date-time, Signature={sig}"),
+        ]
+    return out
+
+
+class Forwarder:
+    def __init__(self, service: MessagingService):
+        self.service = service
+
+    def elsewhere(self, group: str) -> bool:
+        """A call for ``group`` that this node cannot serve as that group's master."""
+        server = self.service.server
+        return group != server._group_name() or not server._broker_delivers()
+
+    async def master_of(self, group: str, context) -> str | None:
+        from .service import CallContext
+
+        route = await self.service.data.GetRoute(pb.GetRouteRequest(), CallContext(context))
+        best = None
+        for n in route.nodes:
+            if (n.group or n.name) == group and n.ready and n.role == "MASTER" and not n.fenced:
+                if best is None or n.epoch > best.epoch:
+                    best = n
+        return best.address if best is not None else None
+
+    async def forward(self, method: str, request: Any, context, group: str) -> Any | None:
+        """The answer of ``group``'s master to ``request``; None when it should run here (this
+        node is that master, the call was forwarded already, or no master is known)."""
+        if not group or not self.elsewhere(group) or was_forwarded(context):
+            return None
+        address = await self.master_of(group, context)
+        server = self.service.server
+        if address is None or address == server.advertise:
+            return None
+        stub = service_grpc.MessagingServiceStub(server._ha_channel(address))
+        try:
+            return await getattr(stub, method)(request, metadata=signed(self.service.secret()), timeout=TIMEOUT_S)
+        except grpc.aio.AioRpcError as e:
+            raise Refusal(d.INTERNAL_SERVER_ERROR, f"group {group}'s master {address} did not answer: {e.details()}") from None
