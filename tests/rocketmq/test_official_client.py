@@ -295,3 +295,44 @@ def test_signed_requests_when_a_data_token_is_set(servers, tmp_path, secret):
         with started(producer):
             producer.send(message("guarded", b"x"))
     assert "40100" in str(e.value) or "UNAUTHORIZED" in str(e.value) or "route" in str(e.value).lower(), e.value
+
+
+def test_a_push_consumer_s_delivery_stays_invisible_while_its_listener_works(servers):
+    """The server renews a push consumer's deliveries (pushInvisibleTime at a time) until the
+    client is done: a listener slower than that, and a FIFO consumer's local retries with a
+    backoff longer than that, see each message once per attempt, never a second copy meanwhile."""
+    node = servers("renewing", settings=["pushInvisibleTime=1500"])
+    with Client(node.address, timeout=10) as ours:
+        ours.update_group("slow", backoff=[0.1])
+        ours.update_group("slow-fifo", fifo=True, max_deliveries=3, backoff=[2.5])
+    cfg = config(node.address)
+    with started(Producer(cfg, ("work", "ordered"))) as producer:
+        producer.send(message("work", b"slow job"))
+        for body in (b"a-0", b"a-1"):
+            m = message("ordered", body)
+            m.message_group = "a"
+            producer.send(m)
+
+    def slow(m):
+        time.sleep(4)  # over two invisibility periods
+        return ConsumeResult.SUCCESS
+
+    listener = Recorder(slow)
+    with started(PushConsumer(cfg, "slow", listener, {"work": FilterExpression()}, consumption_thread_count=2)):
+        with listener.lock:
+            assert listener.changed.wait_for(lambda: listener.seen, timeout=20)
+        time.sleep(6)  # an absence: no second delivery while the first is worked on, nor after its ack
+        assert [(m.body, m.delivery_attempt) for m in listener.seen] == [(b"slow job", 1)]
+    with Client(node.address, timeout=10) as ours:
+        assert ours.receive("slow", "work", 10) == []  # acknowledged
+
+    fails = Recorder(
+        lambda m: (
+            ConsumeResult.FAILURE if m.body == b"a-0" and len([x for x in fails.seen if x.body == b"a-0"]) < 2 else ConsumeResult.SUCCESS
+        )
+    )
+    with started(PushConsumer(cfg, "slow-fifo", fails, {"ordered": FilterExpression()}, consumption_thread_count=2)):
+        with fails.lock:
+            assert fails.changed.wait_for(lambda: any(m.body == b"a-1" for m in fails.seen), timeout=30), [m.body for m in fails.seen]
+        time.sleep(2)  # an absence: nothing delivered twice meanwhile
+        assert [m.body for m in fails.seen] == [b"a-0", b"a-0", b"a-1"]  # retried locally after 2.5 s, the message still invisible

@@ -124,6 +124,9 @@ KEYS: dict[str, KeySpec] = {
     "transactionCheckInterval": _k(60_000, True, "ms between check-backs of one unresolved half message", 1),
     "transactionCheckMax": _k(15, True, "check-backs of a half message before it is set aside in TRANS_CHECK_MAX_TIME_TOPIC", 1, 1000),
     "timerMaxDelaySec": _k(259_200, True, "longest delay of a message with a delivery time (s); a longer one is refused", 1),
+    "pushInvisibleTime": _k(
+        60_000, True, "ms a RocketMQ 5 push consumer's delivery stays invisible at a time (renewed until it is done; §18)", 1_000, 3_600_000
+    ),
     # replication (§14): the role a member starts in; later changes come from a controller
     "brokerRole": _k(
         "ASYNC_MASTER",

@@ -36,6 +36,7 @@ from .forwarding import Forwarder
 from .protocol import SERVICE
 from .protocol import definition as d
 from .protocol import service as s
+from .renewal import Renewals
 from .signature import verify
 from .status import SEND_CODES, Refusal, field_code, from_grpc, status
 from .telemetry import Telemetry
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 ALL_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 MAX_BATCH = 1024
-DEFAULT_PUSH_INVISIBLE_MS = 60_000  # a push consumer's receive names none (RocketMQ's proxy renews it; we do not)
 DEFAULT_POLL_MS = 20_000
 POLL_RESERVE_MS = 500  # a long poll answers this long before the caller's deadline
 
@@ -75,6 +75,29 @@ class CallContext:
 
     def invocation_metadata(self):
         return self.real.invocation_metadata()
+
+
+class HereContext(CallContext):
+    """The context of a call this node makes itself (a renewal): no client behind it."""
+
+    def __init__(self) -> None:
+        pass
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:0"
+
+    def cancelled(self) -> bool:
+        return False
+
+    def invocation_metadata(self):
+        return ()
+
+
+def client_id(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return ""
 
 
 def endpoints(address: str) -> Any:
@@ -146,6 +169,7 @@ class MessagingService:
         self.data = data
         self.telemetry = Telemetry(self)
         self.forwarder = Forwarder(self)
+        self.renewals = Renewals(self)
         self._turn = itertools.count()
 
     @property
@@ -217,9 +241,11 @@ class MessagingService:
         if request.HasField("group") and request.group.name:
             group_of(request.group)
         await self.data._ready(CallContext(context))
+        self.renewals.hear(client_id(context))
         return s.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(self, request, context):
+        self.renewals.forget_client(client_id(context))  # its deliveries lapse and go to others
         return s.NotifyClientTerminationResponse(status=status())
 
     # ------------------------------------------------------------------ send
@@ -328,10 +354,11 @@ class MessagingService:
         batch = request.batch_size or 32
         if not 1 <= batch <= 1000:
             raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to 1000, got {request.batch_size}")
+        renew = request.auto_renew and not request.HasField("invisible_duration")
         if request.HasField("invisible_duration"):
             invisible = _duration_ms(request.invisible_duration)
-        elif request.auto_renew:
-            invisible = DEFAULT_PUSH_INVISIBLE_MS
+        elif renew:
+            invisible = self.renewals.invisible_ms()  # renewed until the client is done with it (renewal.py)
         else:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, "invisible_duration: required unless auto_renew")
         if not 1 <= invisible <= 12 * 3_600_000:
@@ -345,7 +372,12 @@ class MessagingService:
         if not got.messages:
             yield s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
             return
-        yield s.ReceiveMessageResponse(delivery_timestamp=messages._ts(self.store.clock.now_ms()))
+        now = self.store.clock.now_ms()
+        if renew:
+            client = client_id(context)
+            for r in got.messages:
+                self.renewals.hold(client, group, topic, r.receipt_handle, r.invisible_until_ms, now)
+        yield s.ReceiveMessageResponse(delivery_timestamp=messages._ts(now))
         for r in got.messages:
             yield s.ReceiveMessageResponse(message=messages.received(r, invisible))
         yield s.ReceiveMessageResponse(status=status())
@@ -355,15 +387,26 @@ class MessagingService:
         topic = topic_of(request.topic)
         if not 1 <= len(request.entries) <= 1000:
             raise Refusal(d.BAD_REQUEST, f"entries: must hold 1 to 1000 entries, got {len(request.entries)}")
-        forwarded = await self.forwarder.forward("AckMessage", request, context, _group_of_receipt(request.entries[0].receipt_handle))
-        if forwarded is not None:
-            return forwarded
+        if self.forwarder.elsewhere(_group_of_receipt(request.entries[0].receipt_handle)):
+            newest = s.AckMessageRequest()
+            newest.CopyFrom(request)
+            for e in newest.entries:  # (a delivery renewed here before a switchover: its newest receipt is the one)
+                e.receipt_handle = self.renewals.current(e.receipt_handle)
+            forwarded = await self.forwarder.forward("AckMessage", newest, context, _group_of_receipt(newest.entries[0].receipt_handle))
+            if forwarded is not None:
+                for e, r in zip(request.entries, forwarded.entries):
+                    if r.status.code == d.OK:
+                        self.renewals.release(e.receipt_handle)
+                return forwarded
+        firsts = [e.receipt_handle for e in request.entries]
         try:
-            got = await self.data.Ack(
-                pb.AckRequest(group=group, topic=topic, receipt_handles=[e.receipt_handle for e in request.entries]), CallContext(context)
-            )
+            async with self.renewals.using(firsts) as current:
+                got = await self.data.Ack(pb.AckRequest(group=group, topic=topic, receipt_handles=current), CallContext(context))
         except v.InvalidArgument as e:
             raise Refusal(d.INVALID_RECEIPT_HANDLE, str(e).replace("receipt_handles", "entries", 1)) from None
+        for first, r in zip(firsts, got.results):
+            if r.ok:
+                self.renewals.release(first)
         entries = [
             s.AckMessageResultEntry(
                 message_id=e.message_id,
@@ -387,39 +430,54 @@ class MessagingService:
         invisible = _duration_ms(request.invisible_duration)
         if not 0 <= invisible <= 12 * 3_600_000:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: must be 0 to 12 h, got {invisible} ms")
-        forwarded = await self.forwarder.forward("ChangeInvisibleDuration", request, context, _group_of_receipt(request.receipt_handle))
+        forwarded = await self._forward_newest("ChangeInvisibleDuration", request, context)
         if forwarded is not None:
             return forwarded
         try:
-            got = await self.data.ChangeInvisible(
-                pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_ms=invisible),
-                CallContext(context),
-            )
+            async with self.renewals.using([request.receipt_handle]) as (current,):
+                got = await self.data.ChangeInvisible(
+                    pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=current, invisible_ms=invisible),
+                    CallContext(context),
+                )
         except v.InvalidArgument as e:
             raise Refusal(field_code(e.field), str(e)) from None
+        self.renewals.release(request.receipt_handle)  # its time is the client's to choose now
         return s.ChangeInvisibleDurationResponse(status=status(), receipt_handle=got.receipt_handle)
+
+    async def _forward_newest(self, method: str, request: Any, context) -> Any | None:
+        """A call on one receipt, sent on to its group's master with the delivery's newest receipt
+        (None: it runs here)."""
+        if not self.forwarder.elsewhere(_group_of_receipt(request.receipt_handle)):
+            return None
+        newest = type(request)()
+        newest.CopyFrom(request)
+        newest.receipt_handle = self.renewals.current(request.receipt_handle)
+        forwarded = await self.forwarder.forward(method, newest, context, _group_of_receipt(newest.receipt_handle))
+        if forwarded is not None and forwarded.status.code == d.OK:
+            self.renewals.release(request.receipt_handle)
+        return forwarded
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):
         group = group_of(request.group)
         topic = topic_of(request.topic)
-        forwarded = await self.forwarder.forward(
-            "ForwardMessageToDeadLetterQueue", request, context, _group_of_receipt(request.receipt_handle)
-        )
+        forwarded = await self._forward_newest("ForwardMessageToDeadLetterQueue", request, context)
         if forwarded is not None:
             return forwarded
-        try:
-            (receipt,) = self.data._receipts([request.receipt_handle], group, topic)
-        except v.InvalidArgument as e:
-            raise Refusal(d.INVALID_RECEIPT_HANDLE, "receipt_handle: " + str(e).split(": ", 1)[1]) from None
-        await self.data._pop_master(CallContext(context))
-        broker = self.server.broker
-        assert broker is not None
-        try:
-            await asyncio.get_running_loop().run_in_executor(self.server.executor, broker.pop.dead_letter, receipt)
-        except ReceiptExpired as e:
-            raise Refusal(d.INVALID_RECEIPT_HANDLE, f"receipt_handle: {e}") from None
-        except PopUnavailable as e:
-            raise Refusal(d.INTERNAL_SERVER_ERROR, f"not set aside: {e}") from None
+        async with self.renewals.using([request.receipt_handle]) as (current,):
+            try:
+                (receipt,) = self.data._receipts([current], group, topic)
+            except v.InvalidArgument as e:
+                raise Refusal(d.INVALID_RECEIPT_HANDLE, "receipt_handle: " + str(e).split(": ", 1)[1]) from None
+            await self.data._pop_master(CallContext(context))
+            broker = self.server.broker
+            assert broker is not None
+            try:
+                await asyncio.get_running_loop().run_in_executor(self.server.executor, broker.pop.dead_letter, receipt)
+            except ReceiptExpired as e:
+                raise Refusal(d.INVALID_RECEIPT_HANDLE, f"receipt_handle: {e}") from None
+            except PopUnavailable as e:
+                raise Refusal(d.INTERNAL_SERVER_ERROR, f"not set aside: {e}") from None
+        self.renewals.release(request.receipt_handle)
         return s.ForwardMessageToDeadLetterQueueResponse(status=status())
 
     # ------------------------------------------------------------------ offsets
