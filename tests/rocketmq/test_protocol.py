@@ -303,3 +303,16 @@ def test_a_rocketmq_4_compressed_record_is_delivered_uncompressed(tmp_path):
         node.kill()
     assert st.code == d.OK and [m.body for m in got] == [body]
     assert got[0].system_properties.body_digest.checksum == f"{zlib.crc32(body):08X}"
+
+
+def test_a_route_to_a_topic_that_does_not_exist_when_topics_are_not_created_on_first_use(servers):
+    node = servers("strict", settings=["autoCreateTopicEnable=false"])
+    with grpc.insecure_channel(node.address) as channel:
+        route = MessagingServiceStub(channel).QueryRoute(s.QueryRouteRequest(topic=res("missing")), timeout=10)
+    assert route.status.code == d.TOPIC_NOT_FOUND and route.status.message.startswith("topic.name")
+
+
+def test_a_producer_publishing_too_many_topics_is_told(stub):
+    settings = d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(topics=[res(f"t{i}") for i in range(1025)]))
+    answers = list(stub.Telemetry(iter([s.TelemetryCommand(settings=settings)]), timeout=10))
+    assert [a.status.code for a in answers] == [d.BAD_REQUEST] and "at most 1024" in answers[0].status.message

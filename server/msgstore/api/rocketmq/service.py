@@ -214,6 +214,8 @@ class MessagingService:
 
     async def QueryRoute(self, request, context):
         topic = topic_of(request.topic)
+        if self.store.topics.get(topic) is None and not self.store.config.autoCreateTopicEnable:
+            raise Refusal(d.TOPIC_NOT_FOUND, f"topic.name: no topic {topic} (autoCreateTopicEnable is off: create it first)")
         queues = []
         for broker, qids in await self._brokers(topic, context):
             for q in qids:

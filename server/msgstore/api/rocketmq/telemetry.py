@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 32
+MAX_TOPICS = 1024  # a producer's topics, each listened on for check-backs
 PUSH_POLL_S = 20
 
 
@@ -92,6 +93,10 @@ class Telemetry:
             async for cmd in requests:
                 kind = cmd.WhichOneof("command")
                 if kind == "settings":
+                    if len(cmd.settings.publishing.topics) > MAX_TOPICS:
+                        message = f"settings.publishing.topics: at most {MAX_TOPICS} topics, got {len(cmd.settings.publishing.topics)}"
+                        await write(s.TelemetryCommand(status=status(d.BAD_REQUEST, message)))
+                        continue
                     settings = self.settings_for(cmd.settings)
                     await write(s.TelemetryCommand(status=status(), settings=settings))
                     if cmd.settings.WhichOneof("pub_sub") == "publishing":
