@@ -113,7 +113,7 @@ def campaign(tmp_path, flush: str, seed: int) -> Tally:
     server = ServerProcess(
         str(tmp_path / "data"), settings=[f"flushDiskType={flush}", "mappedFileSizeCommitLog=65536", "mappedFileSizeConsumeQueue=2000"]
     ).start()
-    driver = Driver(server.address, seed, seconds=600)
+    driver = Driver(server.address, seed, seconds=max(600, 15 * KILLS))  # (it lives until stopped: room for every kill on a busy machine)
     tally = Tally()
     try:
         with grpc.insecure_channel(server.address) as ch:
