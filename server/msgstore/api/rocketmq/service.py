@@ -277,6 +277,8 @@ class MessagingService:
         try:
             answer = await self.data.Send(pb.SendRequest(entries=entries), CallContext(context))
         except v.InvalidArgument as e:
+            if "not running on this node" in str(e):  # (starting: a moment later it is; the client retries)
+                raise Refusal(d.INTERNAL_SERVER_ERROR, str(e)) from None
             raise Refusal(field_code(e.field), str(e)) from None
         resp = answer if isinstance(answer, pb.SendResponse) else pb.SendResponse.FromString(bytes(answer))
         out = []
