@@ -57,6 +57,12 @@ class Driver:
         with self.lock:
             return len(self.acked)
 
+    def alive(self) -> bool:
+        """True while the driver runs (an AssertionError saying so when it has exited)."""
+        code = self.proc.poll()
+        assert code is None, f"the driver exited with {code}"
+        return True
+
     def snapshot(self) -> dict[int, tuple[int, int]]:
         with self.lock:
             return dict(self.acked)
@@ -113,14 +119,16 @@ def campaign(tmp_path, flush: str, seed: int) -> Tally:
     server = ServerProcess(
         str(tmp_path / "data"), settings=[f"flushDiskType={flush}", "mappedFileSizeCommitLog=65536", "mappedFileSizeConsumeQueue=2000"]
     ).start()
-    driver = Driver(server.address, seed, seconds=max(600, 15 * KILLS))  # (it lives until stopped: room for every kill on a busy machine)
+    driver = Driver(server.address, seed, seconds=float("inf"))  # (it runs until stopped, however long the kills take)
     tally = Tally()
     try:
         with grpc.insecure_channel(server.address) as ch:
             stub = pbg.MessageStoreStub(ch)
             for _ in range(KILLS):
                 before = driver.count()
-                wait_until(lambda before=before: driver.count() > before, timeout=30, what="the driver to get acknowledgements")
+                wait_until(
+                    lambda before=before: driver.alive() and driver.count() > before, timeout=30, what="the driver to get acknowledgements"
+                )
                 time.sleep(rnd.uniform(0.0, 0.3))  # a random moment under load (the killer's aim)
                 server.kill()
                 tally.kills += 1

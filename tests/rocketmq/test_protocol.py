@@ -72,6 +72,10 @@ def datetime_ts(days: int):
     return t
 
 
+def half_of(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
 BAD_SENDS = [
     (lambda: msg(topic="no spaces allowed"), d.ILLEGAL_TOPIC, "messages[0].topic.name"),
     (lambda: msg(body=b""), d.MESSAGE_BODY_EMPTY, "messages[0].body"),
@@ -88,6 +92,8 @@ BAD_SENDS = [
     (lambda: msg(message_type=99), d.BAD_REQUEST, "messages[0].system_properties.message_type"),
     (lambda: msg(body=b"not gzip", body_encoding=d.GZIP), d.MESSAGE_CORRUPTED, "messages[0].body"),
     (lambda: msg(body=gzip.compress(b"x" * (5 << 20)), body_encoding=d.GZIP), d.MESSAGE_BODY_TOO_LARGE, "messages[0].body"),
+    (lambda: msg(body=half_of(gzip.compress(bytes(range(256)) * 400)), body_encoding=d.GZIP), d.MESSAGE_CORRUPTED, "messages[0].body"),
+    (lambda: msg(body=gzip.compress(b"a") + gzip.compress(b"b"), body_encoding=d.GZIP), d.MESSAGE_CORRUPTED, "messages[0].body"),
 ]
 
 
@@ -316,3 +322,12 @@ def test_a_producer_publishing_too_many_topics_is_told(stub):
     settings = d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(topics=[res(f"t{i}") for i in range(1025)]))
     answers = list(stub.Telemetry(iter([s.TelemetryCommand(settings=settings)]), timeout=10))
     assert [a.status.code for a in answers] == [d.BAD_REQUEST] and "at most 1024" in answers[0].status.message
+
+
+def test_compressed_bodies_may_not_inflate_a_request_past_its_size_limit(stub):
+    """4 KiB on the wire may be 4 MiB stored: a request's bodies together stay within the 64 MiB
+    a request may hold, uncompressed."""
+    small = gzip.compress(b"z" * (4 << 20))
+    batch = [msg(body=small, body_encoding=d.GZIP, message_id=f"{i + 1:034X}") for i in range(17)]
+    resp = send(stub, *batch)
+    assert resp.status.code == d.MESSAGE_BODY_TOO_LARGE and resp.status.message.startswith("messages[16].body")

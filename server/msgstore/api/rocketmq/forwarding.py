@@ -73,6 +73,8 @@ class Forwarder:
             return None
         address = await self.master_of(group, context)
         server = self.service.server
+        if address is None and group != server._group_name():
+            raise Refusal(d.INTERNAL_SERVER_ERROR, f"no ready master of group {group} is known here now; try again")
         if address is None or address == server.advertise:
             return None
         stub = service_grpc.MessagingServiceStub(server._ha_channel(address))

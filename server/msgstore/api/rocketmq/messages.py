@@ -80,6 +80,9 @@ SYSTEM_PROPERTIES = frozenset(
 _MESSAGE_ID = re.compile(r"^[0-9A-Fa-f]{1,128}$")
 _TAG_BAD = ("|", "\x00", "\x01", "\x02")
 MAX_KEYS = 32
+COMPRESSION_TYPE = 0x7 << 8  # RocketMQ's sys flag bits naming a compressed record's codec
+COMPRESSION_ZLIB = 0x3 << 8  # (0: zlib too, before the bits existed; LZ4 and ZSTD are left as stored)
+MAX_STORED_BODY = 64 * 1024 * 1024
 SECONDS_THAT_ARE_MS = 10**11  # a Timestamp this many seconds out (year 5138) holds milliseconds
 
 
@@ -166,6 +169,10 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
     return entry
 
 
+def compressed(m: Any) -> bool:
+    return bool(m.system_properties.body_encoding == d.GZIP)
+
+
 def _plain_body(m: Any, field: str, max_body: int) -> bytes:
     """The body as stored: a GZIP-encoded one (RocketMQ's Java client compresses large bodies)
     is stored uncompressed, so every consumer of either protocol reads the same bytes."""
@@ -174,15 +181,28 @@ def _plain_body(m: Any, field: str, max_body: int) -> bytes:
         return bytes(m.body)
     if encoding != d.GZIP:
         raise Refusal(d.BAD_REQUEST, f"{field}.system_properties.body_encoding: {encoding} is not one this store knows")
-    inflate = zlib.decompressobj(wbits=31)
-    try:
-        body = inflate.decompress(m.body, max_body + 1)
-    except zlib.error as e:
-        raise Refusal(d.MESSAGE_CORRUPTED, f"{field}.body: not GZIP data ({e})") from None
-    if len(body) > max_body or inflate.unconsumed_tail:
+    body = inflate(m.body, max_body, wbits=31)
+    if body is None:
         raise Refusal(d.MESSAGE_BODY_TOO_LARGE, f"{field}.body: over {max_body} bytes once uncompressed")
+    if isinstance(body, str):
+        raise Refusal(d.MESSAGE_CORRUPTED, f"{field}.body: not one whole GZIP stream ({body})")
     if not body:
         raise Refusal(d.MESSAGE_BODY_EMPTY, f"{field}.body: empty once uncompressed")
+    return body
+
+
+def inflate(data: bytes, limit: int, wbits: int) -> bytes | str | None:
+    """``data`` uncompressed: None when over ``limit`` bytes, a reason when it is not one whole
+    stream (cut short, damaged, or followed by more)."""
+    d_obj = zlib.decompressobj(wbits=wbits)
+    try:
+        body = d_obj.decompress(data, limit + 1)
+    except zlib.error as e:
+        return str(e)
+    if len(body) > limit or d_obj.unconsumed_tail:
+        return None
+    if not d_obj.eof or d_obj.unused_data:
+        return "cut short" if not d_obj.eof else "more than one stream"
     return body
 
 
@@ -213,11 +233,10 @@ def to_v2(m: pb.Message, topic: str | None = None) -> Any:
     """A stored message (as msgstore.v1 gives it) → an apache.rocketmq.v2 Message."""
     props = dict(m.properties)
     body = m.body
-    if m.sys_flag & codec.FLAG_COMPRESSED:  # written by a RocketMQ 4 client (zlib): delivered as sent
-        try:
-            body = zlib.decompress(body)
-        except zlib.error:
-            pass  # not compressed after all: as stored (the digest still matches it)
+    if m.sys_flag & codec.FLAG_COMPRESSED and m.sys_flag & COMPRESSION_TYPE in (0, COMPRESSION_ZLIB):
+        plain = inflate(body, MAX_STORED_BODY, wbits=15)  # written by a RocketMQ 4 client (zlib): delivered as sent
+        if isinstance(plain, bytes):
+            body = plain  # (otherwise as stored: the digest matches what is sent)
     out = d.Message(body=body)
     out.topic.name = topic or m.topic
     for k, v in props.items():

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...v1 import msgstore_pb2 as pb
+from .protocol import definition as d
 from .status import Refusal
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 MAX_RENEW_MS = 3 * 3_600_000
 CLIENT_SILENT_MS = 120_000  # the official clients heartbeat every 10 s
 TICK_S = 1.0  # at most; a quarter of pushInvisibleTime when that is shorter
+RENEW_AT_ONCE = 64
 
 
 @dataclass
@@ -99,13 +101,23 @@ class Renewals:
             await asyncio.sleep(min(TICK_S, invisible / 4000))
             now = server.store.clock.now_ms()
             silent_before = time.monotonic() - CLIENT_SILENT_MS / 1000
+            due = []
             for first, h in list(self.held.items()):
                 if h.until_ms - now > invisible / 2:  # renewed in its second half
                     continue
-                if self.heard.get(h.client, 0.0) < silent_before or now - h.since_ms > MAX_RENEW_MS:
-                    self.held.pop(first, None)  # left to lapse: it comes back
+                if now > h.until_ms + invisible or self.heard.get(h.client, 0.0) < silent_before or now - h.since_ms > MAX_RENEW_MS:
+                    self.held.pop(first, None)  # left to lapse (or lapsed): it comes back
                     continue
-                await self._renew(first, h)
+                if not h.lock.locked():  # (the client's own call on it is running: next tick)
+                    due.append((first, h))
+            slots = asyncio.Semaphore(RENEW_AT_ONCE)  # (under SYNC_FLUSH, renewals share group commits)
+            await asyncio.gather(*(self._renew_in(slots, f, h) for f, h in due))
+            for client in [c for c, t in self.heard.items() if t < silent_before]:
+                del self.heard[client]
+
+    async def _renew_in(self, slots: asyncio.Semaphore, first: str, h: Held) -> None:
+        async with slots:
+            await self._renew(first, h)
 
     async def _renew(self, first: str, h: Held) -> None:
         from .service import HereContext
@@ -118,12 +130,27 @@ class Renewals:
                     pb.ChangeInvisibleRequest(group=h.group, topic=h.topic, receipt_handle=h.current, invisible_ms=self.invisible_ms()),
                     HereContext(),
                 )
-            except (Refusal, ValueError) as e:  # over meanwhile, or this node no longer delivers: it lapses
-                log.debug("delivery %s no longer renewed: %s", first[:16], e)
-                self.held.pop(first, None)
+            except Refusal as e:
+                if e.code == d.INVALID_RECEIPT_HANDLE:  # over: acknowledged, given up, or it lapsed
+                    self.held.pop(first, None)
+                else:  # this node cannot write now (fenced a moment, taking office): tried again next tick
+                    log.debug("delivery %s not renewed now: %s", first[:16], e.message)
                 return
             except Exception:
-                log.exception("renewing a delivery of group %s failed; it will lapse", h.group)
-                self.held.pop(first, None)
+                log.exception("renewing a delivery of group %s failed; tried again", h.group)
                 return
             h.current, h.until_ms = got.receipt_handle, got.invisible_until_ms
+
+    async def give_back(self, group: str, topic: str, receipts: Sequence[str]) -> None:
+        """Deliveries the client never got (its stream broke before they were written): visible
+        again now instead of when their time is up (RocketMQ's proxy does the same)."""
+        from .service import HereContext
+
+        for r in receipts:
+            self.held.pop(r, None)
+            try:
+                await self.service.data.ChangeInvisible(
+                    pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=r, invisible_ms=0), HereContext()
+                )
+            except Exception as e:  # (it comes back when its time is up)
+                log.debug("delivery %s not given back: %s", r[:16], e)

@@ -265,15 +265,14 @@ class MessagingService:
         if not 1 <= len(request.messages) <= MAX_BATCH:
             raise Refusal(d.BAD_REQUEST, f"messages: must hold 1 to {MAX_BATCH} messages, got {len(request.messages)}")
         topic = topic_of(request.messages[0].topic, "messages[0].topic")
-        config = self.store.config
-        now = self.store.clock.now_ms()
-        entries = []
         for i, m in enumerate(request.messages):
             if i and topic_of(m.topic, f"messages[{i}].topic") != topic:
                 raise Refusal(d.BAD_REQUEST, f"messages[{i}].topic: a batch goes to one topic ({topic}), got {m.topic.name}")
-            entries.append(
-                messages.send_entry(m, i, topic, self._queue_for(topic, m), config.maxMessageSize, config.timerMaxDelaySec * 1000, now)
-            )
+        queues = [self._queue_for(topic, m) for m in request.messages]
+        if any(messages.compressed(m) for m in request.messages):  # (inflating is work: off the loop)
+            entries = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._entries, request, topic, queues)
+        else:
+            entries = self._entries(request, topic, queues)
         try:
             answer = await self.data.Send(pb.SendRequest(entries=entries), CallContext(context))
         except v.InvalidArgument as e:
@@ -301,6 +300,18 @@ class MessagingService:
         else:
             top = status(d.MULTIPLE_RESULTS, f"{len(failed)} of {len(out)} messages were not stored: see the entries")
         return s.SendMessageResponse(status=top, entries=out)
+
+    def _entries(self, request: Any, topic: str, queues: list[int]) -> list[pb.SendEntry]:
+        config = self.store.config
+        now = self.store.clock.now_ms()
+        entries, total = [], 0
+        for i, (m, q) in enumerate(zip(request.messages, queues)):
+            entry = messages.send_entry(m, i, topic, q, config.maxMessageSize, config.timerMaxDelaySec * 1000, now)
+            total += len(entry.body)
+            if total > v.MAX_REQUEST_BYTES:  # (compressed bodies: what a request may hold once inflated)
+                raise Refusal(d.MESSAGE_BODY_TOO_LARGE, f"messages[{i}].body: the request is over {v.MAX_REQUEST_BYTES} bytes uncompressed")
+            entries.append(entry)
+        return entries
 
     async def RecallMessage(self, request, context):
         topic_of(request.topic)
@@ -358,11 +369,11 @@ class MessagingService:
         batch = request.batch_size or 32
         if not 1 <= batch <= 1000:
             raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to 1000, got {request.batch_size}")
-        renew = request.auto_renew and not request.HasField("invisible_duration")
+        renew = request.auto_renew  # renewed until the client is done with it (renewal.py)
         if request.HasField("invisible_duration"):
             invisible = _duration_ms(request.invisible_duration)
         elif renew:
-            invisible = self.renewals.invisible_ms()  # renewed until the client is done with it (renewal.py)
+            invisible = self.renewals.invisible_ms()
         else:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, "invisible_duration: required unless auto_renew")
         if not 1 <= invisible <= 12 * 3_600_000:
@@ -381,10 +392,14 @@ class MessagingService:
             client = client_id(context)
             for r in got.messages:
                 self.renewals.hold(client, group, topic, r.receipt_handle, r.invisible_until_ms, now)
-        yield s.ReceiveMessageResponse(delivery_timestamp=messages._ts(now))
-        for r in got.messages:
-            yield s.ReceiveMessageResponse(message=messages.received(r, invisible))
-        yield s.ReceiveMessageResponse(status=status())
+        try:
+            yield s.ReceiveMessageResponse(delivery_timestamp=messages._ts(now))
+            for r in got.messages:
+                yield s.ReceiveMessageResponse(message=messages.received(r, invisible))
+            yield s.ReceiveMessageResponse(status=status())
+        except BaseException:  # the stream broke: a client keeps none of an unfinished answer
+            asyncio.ensure_future(self.renewals.give_back(group, topic, [r.receipt_handle for r in got.messages]))
+            raise
 
     async def AckMessage(self, request, context):
         group = group_of(request.group)
@@ -394,12 +409,14 @@ class MessagingService:
         if self.forwarder.elsewhere(_group_of_receipt(request.entries[0].receipt_handle)):
             newest = s.AckMessageRequest()
             newest.CopyFrom(request)
-            for e in newest.entries:  # (a delivery renewed here before a switchover: its newest receipt is the one)
-                e.receipt_handle = self.renewals.current(e.receipt_handle)
-            forwarded = await self.forwarder.forward("AckMessage", newest, context, _group_of_receipt(newest.entries[0].receipt_handle))
+            async with self.renewals.using([e.receipt_handle for e in request.entries]) as current:
+                for e, r in zip(newest.entries, current):  # (a delivery renewed here before a switchover: its newest receipt)
+                    e.receipt_handle = r
+                forwarded = await self.forwarder.forward("AckMessage", newest, context, _group_of_receipt(current[0]))
             if forwarded is not None:
-                for e, r in zip(request.entries, forwarded.entries):
-                    if r.status.code == d.OK:
+                for e, res in zip(request.entries, forwarded.entries):
+                    res.receipt_handle = e.receipt_handle  # (the client's, as it sent it)
+                    if res.status.code == d.OK:
                         self.renewals.release(e.receipt_handle)
                 return forwarded
         firsts = [e.receipt_handle for e in request.entries]
@@ -455,8 +472,8 @@ class MessagingService:
             return None
         newest = type(request)()
         newest.CopyFrom(request)
-        newest.receipt_handle = self.renewals.current(request.receipt_handle)
-        forwarded = await self.forwarder.forward(method, newest, context, _group_of_receipt(newest.receipt_handle))
+        async with self.renewals.using([request.receipt_handle]) as (newest.receipt_handle,):
+            forwarded = await self.forwarder.forward(method, newest, context, _group_of_receipt(newest.receipt_handle))
         if forwarded is not None and forwarded.status.code == d.OK:
             self.renewals.release(request.receipt_handle)
         return forwarded
