@@ -281,7 +281,11 @@ def test_compressed_bodies_are_stored_and_delivered_plain(stub, server):
     assert send(stub, huge_born).status.code == d.OK
     with Client(server.address, timeout=10) as ours:
         n = ours.route("t", refresh=True).nodes[0]
-        stored = [m for q in n.queue_ids for m in ours.pull("t", QueueRef(n.name, n.address, q), 0).messages]
+        stored: list = []
+        wait_until(
+            lambda: stored.extend(m for q in n.queue_ids for m in ours.pull("t", QueueRef(n.name, n.address, q), 0).messages) or stored,
+            what="the message dispatched",
+        )
         assert [m.body for m in stored] == [body] and not stored[0].sys_flag & FLAG_COMPRESSED
     req = s.ReceiveMessageRequest(
         group=res("g"), message_queue=d.MessageQueue(topic=res("t")), batch_size=8, invisible_duration=Duration(seconds=30)
