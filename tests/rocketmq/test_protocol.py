@@ -335,3 +335,13 @@ def test_compressed_bodies_may_not_inflate_a_request_past_its_size_limit(stub):
     batch = [msg(body=small, body_encoding=d.GZIP, message_id=f"{i + 1:034X}") for i in range(17)]
     resp = send(stub, *batch)
     assert resp.status.code == d.MESSAGE_BODY_TOO_LARGE and resp.status.message.startswith("messages[16].body")
+
+
+def test_a_receipt_of_a_group_the_store_does_not_know_is_invalid(stub):
+    from msgstore.record.receipt import Receipt
+
+    stray = Receipt("g", "t", 0, 0, 0, 1, "no-such-group").encode()
+    ack = stub.AckMessage(
+        s.AckMessageRequest(group=res("g"), topic=res("t"), entries=[s.AckMessageEntry(receipt_handle=stray)]), timeout=10
+    )
+    assert ack.status.code == d.INVALID_RECEIPT_HANDLE and "no-such-group" in ack.status.message

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: it is never sent on again
 TIMEOUT_S = 10
+# what a handle naming a group the store does not know is (receipts otherwise)
+UNKNOWN_GROUP = {"EndTransaction": (d.INVALID_TRANSACTION_ID, "transaction_id"), "RecallMessage": (d.BAD_REQUEST, "recall_handle")}
 
 
 def was_forwarded(context) -> bool:
@@ -55,26 +57,33 @@ class Forwarder:
         server = self.service.server
         return group != server._group_name() or not server._broker_delivers()
 
-    async def master_of(self, group: str, context) -> str | None:
+    async def master_of(self, group: str, context) -> tuple[str | None, bool]:
+        """The group's ready master with the newest epoch (None: none now), and whether the
+        route knows the group at all."""
         from .service import CallContext
 
         route = await self.service.data.GetRoute(pb.GetRouteRequest(), CallContext(context))
-        best = None
+        best, known = None, False
         for n in route.nodes:
-            if (n.group or n.name) == group and n.ready and n.role == "MASTER" and not n.fenced:
-                if best is None or n.epoch > best.epoch:
-                    best = n
-        return best.address if best is not None else None
+            if (n.group or n.name) != group:
+                continue
+            known = True
+            if n.ready and n.role == "MASTER" and not n.fenced and (best is None or n.epoch > best.epoch):
+                best = n
+        return (best.address if best is not None else None), known
 
     async def forward(self, method: str, request: Any, context, group: str) -> Any | None:
         """The answer of ``group``'s master to ``request``; None when it should run here (this
         node is that master, the call was forwarded already, or no master is known)."""
         if not group or not self.elsewhere(group) or was_forwarded(context):
             return None
-        address = await self.master_of(group, context)
+        address, known = await self.master_of(group, context)
         server = self.service.server
         if address is None and group != server._group_name():
-            raise Refusal(d.INTERNAL_SERVER_ERROR, f"no ready master of group {group} is known here now; try again")
+            if known:  # (a failover in progress)
+                raise Refusal(d.INTERNAL_SERVER_ERROR, f"group {group} has no ready master now; try again")
+            code, field = UNKNOWN_GROUP.get(method, (d.INVALID_RECEIPT_HANDLE, "receipt_handle"))
+            raise Refusal(code, f"{field}: names group {group}, which this store does not know")
         if address is None or address == server.advertise:
             return None
         stub = service_grpc.MessagingServiceStub(server._ha_channel(address))
