@@ -133,3 +133,16 @@ def test_help_lists_the_commands():
 def test_serve_refuses_bad_settings(tmp_path, setting):
     proc = run("serve", "--data-dir", str(tmp_path / "d"), "--port", "0", "--set", setting, check=False)
     assert proc.returncode == 2 and setting.split("=")[0] in proc.stderr.decode()
+
+
+def test_groups_sets_a_groups_retry_policy_and_names_what_is_wrong(server):
+    s = ["--server", server.address]
+    no_group = run("groups", "--fifo", *s, check=False)
+    assert no_group.returncode == 2 and b"name it" in no_group.stderr
+    bad = run("groups", "billing", "--backoff", "1,soon", *s, check=False)
+    assert bad.returncode == 2 and b"--backoff" in bad.stderr
+    run("groups", "billing", "--fifo", "--max-deliveries", "4", "--backoff", "1,10", *s)
+    with open(os.path.join(server.data_dir, "config", "subscriptionGroup.json")) as f:
+        entry = json.load(f)["subscriptionGroupTable"]["billing"]
+    assert entry["consumeMessageOrderly"] is True and entry["retryMaxTimes"] == 3
+    assert entry["groupRetryPolicy"] == {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [1000, 10000]}}
