@@ -104,7 +104,7 @@ def served(store: MessageStore) -> dict[int, tuple[int, int, int, int]]:
 def test_power_loss_keeps_everything_before_the_damage_and_nothing_after(tmp_path, flush):
     rnd = random.Random(2026 if flush == "ASYNC_FLUSH" else 2027)
     store = MessageStore(str(tmp_path / "live"), {**SETTINGS, "flushDiskType": flush}).start()
-    writer = Writer(store, seed=rnd.randrange(1 << 30))
+    writer = Writer(store, seed=rnd.randrange(1 << 30), limit=25_000 * SNAPSHOTS)  # (writing through every snapshot)
     writer.thread.start()
     checked = 0
     try:

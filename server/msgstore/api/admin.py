@@ -95,7 +95,8 @@ class ControlPlane(RoleHandlers):
         try:
             res = self.store.update_config(dict(request.changes), dry_run=request.dry_run)
         except ConfigError as e:
-            raise v.InvalidArgument(f"changes[{e.key!r}]", e.reason) from None
+            # (the key as text; a "]" in it would end the field's brackets early)
+            raise v.InvalidArgument("changes[" + repr(e.key).replace("]", "\\x5d") + "]", e.reason) from None
         return apb.UpdateConfigResponse(
             applied=_strings(res.applied), restart_required=_strings(res.restart_required), generation=res.generation, dry_run=res.dry_run
         )
