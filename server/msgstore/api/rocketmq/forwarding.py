@@ -11,8 +11,6 @@ them."""
 from __future__ import annotations
 
 import datetime
-import hashlib
-import hmac
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,6 +18,7 @@ import grpc
 from ...v1 import msgstore_pb2 as pb
 from .protocol import definition as d
 from .protocol import service_grpc
+from .signature import signature
 from .status import Refusal
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ def signed(secret: str | None) -> list[tuple[str, str]]:
     out = [(FORWARDED, "1")]
     if secret:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        sig = hmac.new(secret.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+        sig = signature(secret, stamp)
         out += [
             ("x-mq-date-time", stamp),
             ("authorization", f"MQv2-HMAC-SHA1 Credential=msgstore, SignedHeaders=x-mq-date-time, Signature={sig}"),

@@ -31,6 +31,11 @@ def _header(metadata, name: str) -> str | None:
     return None
 
 
+def signature(secret: str, stamp: str) -> str:
+    """The hex HMAC-SHA1 of ``stamp`` (x-mq-date-time) keyed by the secret key."""
+    return hmac.new(secret.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+
+
 def verify(secret: str, metadata) -> str:
     """The caller's access key, or a :class:`Refusal` (UNAUTHORIZED) saying what is wrong."""
     auth = _header(metadata, "authorization")
@@ -44,7 +49,7 @@ def verify(secret: str, metadata) -> str:
         datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ")
     except ValueError:
         raise Refusal(d.UNAUTHORIZED, f"x-mq-date-time: not a time of the form 20060102T150405Z, got {stamp[:40]!r}") from None
-    expected = hmac.new(secret.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+    expected = signature(secret, stamp)
     if not hmac.compare_digest(expected, match["sig"].lower()):
         raise Refusal(d.UNAUTHORIZED, "authorization: the signature does not match (wrong secret key)")
     return match["ak"]
