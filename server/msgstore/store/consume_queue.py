@@ -312,6 +312,33 @@ class ConsumeQueue:
             return np.empty(0, dtype=UNIT_DTYPE)
         return np.frombuffer(_whole_units(seg.read(rel, n * UNIT)), dtype=UNIT_DTYPE)
 
+    def rewrite(self, offset: int, units: bytes) -> None:
+        """Write units again over damaged ones below the queue's end (a repair: the dispatcher
+        only ever appends at the end, so the two never write the same place). A segment file
+        left shorter than its size (truncated) gets its size back."""
+        with self._lock:
+            pos = offset * UNIT
+            view = memoryview(units)
+            while len(view):
+                seg = self.segments.find(pos)
+                if seg is None:
+                    raise ValueError(f"{self.topic}/{self.queue_id}: no segment holds queue offset {pos // UNIT}")
+                room = seg.start + self.file_size - pos
+                chunk = view[:room]
+                seg.write_at(pos - seg.start, chunk)
+                path = getattr(seg, "path", None)
+                if path is not None and os.path.getsize(path) < self.file_size:
+                    os.truncate(path, self.file_size)
+                pos += len(chunk)
+                view = view[len(chunk) :]
+
+    def segment_range(self, offset: int) -> tuple[int, int]:
+        """Queue offsets [first, end) of the segment holding ``offset`` (end capped at the queue's end)."""
+        seg = self.segments.find(offset * UNIT)
+        if seg is None:
+            return offset, offset
+        return max(seg.start // UNIT, self.min_offset), min((seg.start + self.file_size) // UNIT, self.max_offset)
+
     def iter_units(self, start: int) -> Iterator[tuple[int, int, int, int]]:
         """(queue offset, phy, size, tag) from ``start`` to the end."""
         off = max(start, self.min_offset)
@@ -388,7 +415,10 @@ class ConsumeQueue:
                     continue
                 lo = max(0, self.min_logic_offset - seg.start)
                 units = np.frombuffer(_whole_units(seg.read(lo, seg.wrote - lo)), dtype=UNIT_DTYPE)
-                ok = (units["phy"] >= cl_min) & (units["size"] != FILLER_SIZE) & (units["size"] > 0)
+                # a zeroed unit is damage, not a unit whose record is gone: the min stops there
+                # and a read writes it again from the commit log (unit_repair.py)
+                damaged = (units["phy"] == 0) & (units["size"] == 0)
+                ok = ((units["phy"] >= cl_min) & (units["size"] != FILLER_SIZE) & (units["size"] > 0)) | damaged
                 if ok.any():
                     at = int(np.argmax(ok))
                     self.min_logic_offset = seg.start + lo + at * UNIT

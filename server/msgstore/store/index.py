@@ -215,21 +215,38 @@ class IndexService:
         self.syncer = syncer
         self.on_file_full = on_file_full
         self.files: list[IndexFile] = []
+        self.damage: list[str] = []  # what load found wrong (said in the recovery report)
         self._lock = threading.RLock()
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> int:
         """Map existing files; after a crash destroy those newer than the checkpoint's index
         time (they may be half written). Returns how many were destroyed."""
         destroyed = 0
-        for name in segment_files(self.directory):
+        names = segment_files(self.directory)
+        expected = index_file_size(self.slots, self.entries)
+        wrong = [n for n in names if os.path.getsize(os.path.join(self.directory, n)) not in (expected, 0)]
+        if wrong:
+            # a file cut short or grown (damage, or geometry changed by hand): the index is derived
+            # from the commit log, so it is set aside and the whole index built again from the log
+            for name in wrong:
+                os.replace(os.path.join(self.directory, name), os.path.join(self.directory, name + ".damaged"))
+            msg = (
+                f"index files {', '.join(wrong)} are not {expected} bytes long: set aside as *.damaged; "
+                "the index is rebuilt from the commit log"
+            )
+            log.error(msg)
+            self.damage.append(msg)
+            for name in names:
+                if name not in wrong:
+                    os.unlink(os.path.join(self.directory, name))
+                    destroyed += 1
+            return destroyed
+        for name in names:
             path = os.path.join(self.directory, name)
             size = os.path.getsize(path)
-            expected = index_file_size(self.slots, self.entries)
-            if size != expected:
-                if size == 0:
-                    os.unlink(path)
-                    continue
-                raise ValueError(f"{path}: length {size} differs from the configured index size {expected}")
+            if size != expected:  # empty: a file created and never written
+                os.unlink(path)
+                continue
             f = IndexFile(path, self.slots, self.entries, create=False, syncer=self.syncer)
             if not last_exit_ok and f.end_ts > index_msg_timestamp:
                 log.info("destroying index file %s written after the last checkpoint", name)

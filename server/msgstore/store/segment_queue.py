@@ -96,7 +96,15 @@ class SegmentQueue:
                     os.unlink(path)
                     continue
                 if length != self.segment_size:
-                    raise SegmentSizeError(f"{path}: length {length} differs from the configured segment size {self.segment_size}")
+                    if self.factory is None:  # the commit log: its segments are the data itself
+                        raise SegmentSizeError(f"{path}: length {length} differs from the configured segment size {self.segment_size}")
+                    # a consume-queue file cut short or grown: its size back (zeros), its missing
+                    # units written again from the commit log when read (unit_repair.py)
+                    msg = f"{path}: length {length} differs from the configured segment size {self.segment_size}; resized"
+                    log.error(msg)
+                    self.damage.append(msg)
+                    if not readonly:
+                        os.truncate(path, self.segment_size)
                 if self.factory is not None:
                     seg = self.factory(path, int(name), False)
                 else:

@@ -38,6 +38,7 @@ from .results import GetResult, GetStatus, PutResult, PutStatus, QueueProgress, 
 from .running_flags import RunningFlags
 from .segment import Syncer, msync
 from .service import PacedService, PeriodicService, ServiceThread
+from .unit_repair import UnitRepair, record_matches
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ class MessageStore:
             self.groups.load()
             self.checkpoint = Checkpoint(self.layout.checkpoint_path)
             self.commitlog = CommitLog(self.commitlog_dir, self.config, clock=self.clock, syncer=self.syncer, store_host=self.store_host)
+            self.repairs = UnitRepair(self.commitlog)
             self.commitlog.load()
             self.queues = QueueTable(
                 self.layout, self.config.cq_file_size, clock=self.clock, syncer=self.syncer, max_open_files=self._queue_file_budget()
@@ -234,6 +236,7 @@ class MessageStore:
                 on_file_full=self._index_file_full,
             )
             self.recovery_report.index_files_destroyed = self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+            self.recovery_report.damage.extend(self.index.damage)
             self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.flags, self.settings)
             Recovery(
                 self.commitlog,
@@ -889,32 +892,51 @@ class MessageStore:
         scanned = 0
         limit = max(MAX_SCAN_UNITS, max_msgs)
         done = False
+        repaired: set[int] = set()  # offsets a repair was tried at (once per read)
         while not done and next_offset < max_off and scanned < limit:
             units = cq.units(next_offset, min(limit - scanned, 256))
             if not units:
+                if next_offset not in repaired:  # a segment file cut short or gone: its units are written again
+                    repaired.add(next_offset)
+                    if self.repairs.repair(cq, next_offset, cq.segment_range(next_offset)[1]):
+                        continue
                 break
             for phy, size, tag in units:
                 if len(result) >= max_msgs or (result.buffer_total and result.buffer_total + size > max_bytes):
                     done = True
                     break
-                scanned += 1
                 unit_offset = next_offset
-                next_offset += 1
-                if is_filler(phy, size) or size <= 0:
+                if is_filler(phy, size):
+                    scanned += 1
+                    next_offset += 1
                     continue
                 if codes is not None and tag not in codes:
+                    scanned += 1
+                    next_offset += 1
                     continue
-                view = reader.record(phy, size)
-                if view is ReadMiss.GONE:
+                view = reader.record(phy, size) if size > 0 else ReadMiss.NOT_A_RECORD  # (a unit is never all zeros)
+                if view is ReadMiss.GONE and phy + size <= self.commitlog.min_offset:  # deleted by retention
+                    scanned += 1
+                    next_offset += 1
                     if not result.buffer_total:
                         removing = True
                     continue
-                if view is ReadMiss.NOT_A_RECORD:
-                    # a damaged consume-queue unit: serve nothing rather than bytes that are not
-                    # the record (a client would fail to decode them, or worse, decode garbage)
+                if not isinstance(view, memoryview) or not record_matches(view, size, cq.queue_id, unit_offset):
+                    # a damaged unit (it points at no record, or at another): written again from
+                    # the commit log, then read again; what cannot be found is skipped, never
+                    # served as bytes that are not its record
+                    if isinstance(view, memoryview):
+                        view.release()
+                    if unit_offset not in repaired:
+                        repaired.add(unit_offset)
+                        if self.repairs.repair(cq, unit_offset, unit_offset + 1):
+                            break  # units read again from here
                     self._bad_unit(cq, unit_offset, phy, size)
+                    scanned += 1
+                    next_offset += 1
                     continue
-                assert isinstance(view, memoryview)
+                scanned += 1
+                next_offset += 1
                 if tags is not None and _record_tags(view) not in tags:
                     view.release()
                     continue
