@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/k8s/bin/kube-apiserver*),)
 export MSGSTORE_K8S_ASSETS ?= $(abspath ../shared/k8s/bin)
 endif
 
-.PHONY: run test lint test-tools bench soak install proto deploy image clean
+.PHONY: run run-ha test lint test-tools bench soak install proto deploy image clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/msgstore serve --data-dir $(DATA)
 
+# a replica group of three with etcd as its arbiter (scripts/run_ha.sh says how to try a failover)
+run-ha: $(STAMP)
+	BIN=$(BIN) scripts/run_ha.sh
+
+# a skipped test fails the run (tests/conftest.py): every test here is one CI is expected to run
 test: $(STAMP) test-tools lint
-	$(PY) -m pytest -q
+	MSGSTORE_NO_SKIPS=1 $(PY) -m pytest -q
 
 # ruff (lint and format) over everything, mypy --strict over the engine and the record codec
 lint: $(STAMP)

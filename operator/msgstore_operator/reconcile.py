@@ -307,7 +307,11 @@ class Reconciler:
         not answered while the Lease has not expired, the Lease changed, a promotion): the plan's
         state is not taken and the next pass plans again."""
         fenced_end: int | None = None
+        fenced: replication.Fence | None = None
+        short: tuple[str, int] | None = None  # a switchover's candidate that could not catch up, and by how much
         for action in plan.actions:
+            if short is not None:
+                break
             if isinstance(action, replication.TakeLease):
                 try:
                     if not self._take_lease(spec, plan.group, action, lease, fresh=fenced_end is not None):
@@ -330,18 +334,13 @@ class Reconciler:
                     admin = admin_of(c, spec, p)
                     if isinstance(action, replication.Fence):
                         fenced_end = admin.fence(action.epoch, f"the operator elects epoch {action.epoch}").end_offset
+                        fenced = action
                         log.info("fenced %s (its log ends at %d)", p.name, fenced_end)
                     elif isinstance(action, replication.CatchUp):
                         held = self._catch_up(admin, fenced_end or 0)
-                        if fenced_end is not None and held < fenced_end:
-                            out.events.append(
-                                (
-                                    "Warning",
-                                    "SwitchoverIncomplete",
-                                    f"{plan.group}: {p.name} holds {fenced_end - held} bytes less than the fenced master after "
-                                    f"{FENCE_CATCH_UP_S:.0f} s; promoting it anyway (acknowledged SYNC messages are all on it)",
-                                )
-                            )
+                        if fenced_end is not None and held < fenced_end and fenced is not None:
+                            short = (p.name, fenced_end - held)
+                            break
                     elif isinstance(action, replication.Promote):
                         admin.promote(epoch=action.epoch, mode=action.mode)
                         log.info("promoted %s to master of %s at epoch %d", p.name, plan.group, action.epoch)
@@ -355,14 +354,49 @@ class Reconciler:
                 out.waiting = out.waiting or f"{plan.group}: a role change failed"
                 if not isinstance(action, replication.Follow):
                     return False
+        if short is not None and fenced is not None:
+            self._abort_switchover(spec, plan.group, fenced, short, pods, token, out)
+            return False
         return True
+
+    def _abort_switchover(
+        self, spec: Spec, group: str, fenced: replication.Fence, short: tuple[str, int], pods: dict[str, PodView], token, out: Outcome
+    ) -> None:
+        """A switchover whose candidate did not catch up with the fenced master: promoting it would
+        lose what it lacks (ASYNC), so the fenced master gets its office back, at the epoch being
+        elected (recorded in the Lease first), and the roll waits."""
+        candidate, missing = short
+        why = (
+            f"{group}: {candidate} holds {missing} bytes less than the fenced master {fenced.pod} after {FENCE_CATCH_UP_S:.0f} s: "
+            f"the switchover was aborted"
+        )
+        try:
+            if not self._take_lease(spec, group, replication.TakeLease(fenced.pod, fenced.epoch), None, fresh=True):
+                out.events.append(("Warning", "SwitchoverAborted", f"{why}; the Lease changed meanwhile (elected on the next pass)"))
+                out.waiting = why
+                return
+            p = pods.get(fenced.pod)
+            assert p is not None
+            with admin_client(spec, p, token) as c:
+                admin_of(c, spec, p).promote(epoch=fenced.epoch, mode=spec.replication.mode)
+        except (ApiError, StoreError, AssertionError) as e:
+            out.events.append(("Warning", "SwitchoverAborted", f"{why}; giving {fenced.pod} its office back failed ({e})"))
+            out.waiting = why
+            return
+        out.events.append(("Warning", "SwitchoverAborted", f"{why}; {fenced.pod} keeps mastership at epoch {fenced.epoch}; the roll waits"))
+        out.waiting = why
 
     @staticmethod
     def _catch_up(admin, end: int) -> int:
+        """How much the candidate holds once it holds ``end``, or when FENCE_CATCH_UP_S ran out
+        (a candidate that does not answer meanwhile holds what it last said)."""
         deadline = time.monotonic() + FENCE_CATCH_UP_S
         held = 0
         while True:
-            held = admin.role_pb().end_offset
+            try:
+                held = admin.role_pb().end_offset
+            except StoreError:
+                pass
             if held >= end or time.monotonic() > deadline:
                 return held
             time.sleep(0.05)

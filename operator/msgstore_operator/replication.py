@@ -191,7 +191,11 @@ def plan_group(
     # a master whose log went backwards lost its volume (replaced, emptied): fail over at once
     recorded = max(int(state.get("endOffset", 0)), lease.end_offset if lease is not None and lease.holder == state["master"] else 0)
     lost = _lost_data(master, [pods.get(n) for n in names if n != state["master"]], recorded)
-    if _usable(master) and not lost:
+    # a master that is Ready (its own node sees it healthy) but has not renewed its Lease for the
+    # Lease's whole duration is cut off from the API server: it acknowledges nothing any more, and
+    # left alone the group would never take a write again (a zombie partition)
+    lapsed = lease is not None and lease.holder == state["master"] and bool(lease.renew_time) and unrenewed >= lease.duration
+    if _usable(master) and not lost and not lapsed:
         assert master is not None and master.role is not None
         state["endOffset"] = max(int(state.get("endOffset", 0)), int(master.role["end_offset"]))
         state.pop("masterNotReadySince", None)
@@ -204,7 +208,7 @@ def plan_group(
     if since is None:
         since = now
     state["masterNotReadySince"] = iso(since)
-    after = 0 if lost else spec.replication.failover_after_s
+    after = 0 if lost or lapsed else spec.replication.failover_after_s
     if now - since < after:
         plan.waiting = f"{group}: master {state['master']} not ready for {now - since:.0f} s (failover after {after} s)"
         return plan
@@ -254,6 +258,8 @@ def plan_group(
     why = (
         f"lost its data (its log ends at {master.role['end_offset'] if master and master.role else 0})"
         if lost
+        else f"did not renew its Lease for {unrenewed:.0f} s (cut off from the API server)"
+        if lapsed and _usable(master)
         else f"not ready for {now - since:.0f} s"
     )
     plan.events.append(

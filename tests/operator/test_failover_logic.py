@@ -195,3 +195,22 @@ def test_a_master_is_followed_by_its_recorded_end_offset():
     behind = {"s-0": pod(0, "MASTER", end=10), "s-1": pod(1, end=5, master="10.0.0.1:10911")}
     plan = r.plan_group(spec(), "s-g0", NAMES[:2], behind, {"master": "s-0", "epoch": 1, "endOffset": 400}, now=0, lease=lease())
     assert plan.actions == [] and not plan.events  # nobody holds more: nothing to fail over to
+
+
+def test_a_ready_master_that_stopped_renewing_its_lease_is_replaced():
+    """Issue 29: a master cut off from the API server (a zombie: its node still sees it healthy,
+    clients still reach it) cannot renew its Lease and acknowledges nothing; once the operator
+    has seen the Lease unrenewed for its whole duration it fences it and elects, as for a master
+    that is not ready; renewing again in time keeps it master."""
+    pods = {p.name: p for p in (pod(0, "MASTER"), pod(1, end=500), pod(2, end=900))}
+    state = {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911"}
+    seen = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=1000, lease=lease(renewed="t1", duration=10))
+    assert seen.actions == [] and not seen.waiting
+    early = r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1009, lease=lease(renewed="t1", duration=10))
+    assert early.actions == []  # 9 s: it may still be acknowledging
+    renewed = r.plan_group(spec(), "s-g0", NAMES, pods, early.state, now=1011, lease=lease(renewed="t2", duration=10))
+    assert renewed.actions == []
+    lapsed = r.plan_group(spec(), "s-g0", NAMES, pods, renewed.state, now=1021, lease=lease(renewed="t2", duration=10))
+    assert lapsed.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
+    assert lapsed.fence_optional  # the Lease expired: it acknowledges nothing whether or not it answers the Fence
+    assert "did not renew its Lease" in lapsed.events[0][2]

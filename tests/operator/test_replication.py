@@ -52,9 +52,10 @@ async def test_a_master_not_ready_is_failed_over_and_rejoins_as_a_follower(env):
 
     def send(tag: bytes, batches: int) -> None:
         for i in range(batches):
-            for r in c.send_batch("orders", [OutMessage(b"%s-%d-%d" % (tag, i, k)) for k in range(10)]):
+            bodies = [b"%s-%d-%d" % (tag, i, k) for k in range(10)]
+            for body, r in zip(bodies, c.send_batch("orders", [OutMessage(b) for b in bodies]), strict=True):
                 assert r.status == "PUT_OK"  # SYNC: on the master and every in-sync follower
-                acked[(r.queue_id, r.queue_offset)] = None
+                acked[(r.queue_id, r.queue_offset)] = body
 
     await asyncio.to_thread(send, b"before", 20)
     old = env.cluster.containers["orders-0"].proc
@@ -79,9 +80,9 @@ async def test_a_master_not_ready_is_failed_over_and_rejoins_as_a_follower(env):
     new = env.cluster.containers[group(env)["master"]].address
 
     def read_back() -> None:
-        for qid, off in acked:
+        for (qid, off), body in acked.items():
             got = c.pull("orders", QueueRef("orders-g0", new, qid), off, max_messages=1)
-            assert got.messages, (qid, off)
+            assert [bytes(m.body) for m in got.messages] == [body], (qid, off)
 
     await asyncio.to_thread(read_back)
     st = env.store()["status"]
@@ -94,8 +95,9 @@ async def test_a_roll_restarts_followers_first_and_moves_mastership_before_the_m
     await env.create(replicas=1, store=SMALL, replication=REPLICATION)
     await env.until(lambda: ready(env) and followers_connected(env), timeout=90, what="Ready with both followers connected")
     c = client(env)
-    sent = await asyncio.to_thread(c.send_batch, "orders", [OutMessage(b"m%d" % i) for i in range(100)])
-    acked = [r for r in sent if r.status == "PUT_OK"]
+    bodies = [b"m%d" % i for i in range(100)]
+    sent = await asyncio.to_thread(c.send_batch, "orders", [OutMessage(b) for b in bodies])
+    acked = [(b, r) for b, r in zip(bodies, sent, strict=True) if r.status == "PUT_OK"]
     assert len(acked) == 100
     env.cluster.history.clear()
     await env.patch(annotations={"msgstore.io/restart": "r1"})
@@ -107,7 +109,7 @@ async def test_a_roll_restarts_followers_first_and_moves_mastership_before_the_m
     assert switch and "from orders-0" in switch[0]["message"]
     assert group(env)["master"] != "orders-0" or group(env)["epoch"] >= 3
     master = env.cluster.containers[group(env)["master"]].address
-    for r in acked:
+    for body, r in acked:
         got = await asyncio.to_thread(c.pull, "orders", QueueRef("orders-g0", master, r.queue_id), r.queue_offset, max_messages=1)
-        assert got.messages
+        assert [bytes(m.body) for m in got.messages] == [body], (r.queue_id, r.queue_offset)
     c.close()

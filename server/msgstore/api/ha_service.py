@@ -8,6 +8,8 @@ import time
 
 import grpc
 
+from ..ha.arbiter import ArbiterError
+from ..ha.election import ElectionRefused
 from ..ha.master import Refused, epochs_pb, serve_follower
 from ..ha.replica import Replica, RoleError
 from ..v1 import admin_pb2 as apb
@@ -29,6 +31,22 @@ def role_status(server) -> apb.RoleStatus:
     out.group_epoch = max(r.group_epoch, r.epoch)
     out.address = r.address
     out.members.extend(hpb.ReplicaMember(name=n, address=a) for n, a in sorted(r.members.snapshot().items()))
+    if r.keeper is not None:
+        k = r.keeper
+        rec = k.record
+        out.arbiter.CopyFrom(
+            apb.ArbiterView(
+                where=k.where,
+                holder=rec.holder if rec else "",
+                epoch=rec.epoch if rec else 0,
+                in_sync=list(rec.in_sync) if rec else [],
+                address=rec.address if rec else "",
+                age_s=time.monotonic() - k.read_at if k.read_at else -1.0,
+                valid_for_s=max(0.0, k.valid_until - time.monotonic()),
+                error=k.last_error,
+                elects=k.arbiter.can_elect,
+            )
+        )
     if r.is_master:
         end = out.end_offset
         out.fenced = r.ack_refusal()
@@ -79,7 +97,12 @@ class ReplicationPlane:
             await serve_follower(replica, reports(), context.write)
         except Refused as e:
             log.warning("refused a follower: %s", e)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            try:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            except grpc.aio.AbortError:
+                raise
+            except Exception:  # the follower is gone already (its stream was cut): nobody to tell
+                return
         except StopAsyncIteration:
             return
 
@@ -111,6 +134,20 @@ class RoleHandlers:
         replica = await self._replica(context)
         if request.mode not in ("", "SYNC", "ASYNC"):
             raise v.InvalidArgument("mode", f"must be SYNC or ASYNC (or empty to keep the current one), got {request.mode!r}")
+        keeper = replica.keeper
+        if keeper is not None and keeper.arbiter.can_elect:  # only the arbiter's record makes a master here
+            try:
+                record = await keeper.arbiter.read()
+            except ArbiterError as e:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"{keeper.where} cannot be read: {e}")
+            if record is None or record.holder != replica.node or (request.epoch and request.epoch != record.epoch):
+                named = f"{record.holder} at epoch {record.epoch}" if record is not None else "no master"
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{keeper.where} names {named}: with an arbiter a member becomes master by an election (Admin.Elect, "
+                    "msgstore admin promote), not by Promote",
+                )
+            request.epoch = record.epoch
         try:
             await replica.promote(request.epoch, request.mode)
         except RoleError as e:
@@ -136,6 +173,26 @@ class RoleHandlers:
         except RoleError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return role_status(self.server)
+
+    async def Elect(self, request: apb.ElectRequest, context) -> apb.ElectResponse:
+        replica = await self._replica(context)
+        if request.catch_up_s < 0 or request.catch_up_s > 600:
+            raise v.InvalidArgument("catch_up_s", f"must be between 0 and 600 seconds, got {request.catch_up_s}")
+        try:
+            result = await replica.elect(unclean=request.unclean, reason=request.reason[:200], catch_up_s=request.catch_up_s or 10.0)
+        except (ElectionRefused, RoleError) as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except ArbiterError as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing is elected without the arbiter: {e}")
+        return apb.ElectResponse(
+            status=role_status(self.server),
+            epoch=result.epoch,
+            old_master=result.old_master,
+            fenced=result.fenced,
+            notes=result.notes,
+            already=result.already,
+            repointed=result.repointed,
+        )
 
     async def Fence(self, request: apb.FenceRequest, context) -> apb.RoleStatus:
         replica = await self._replica(context)

@@ -32,6 +32,10 @@ class Metrics:
         """Gauges of the delay, timer and pop services (issue 22)."""
         self.registry.register(_BrokerCollector(broker_ref))
 
+    def watch_long_polls(self, waiters) -> None:
+        """How many pulls and receives are parked waiting for messages (read at scrape time)."""
+        self.registry.register(_LongPollCollector(waiters))
+
     def serve(self, host: str, port: int):
         self._server = start_http_server(port, addr=host, registry=self.registry)
         return self._server
@@ -135,3 +139,16 @@ class _BrokerCollector:
         c = CounterMetricFamily("msgstore_pop_dead_lettered", "Messages set aside in a %DLQ% topic")
         c.add_metric([], st["pop_dead_lettered"])
         yield c
+
+
+class _LongPollCollector:
+    def __init__(self, waiters):
+        self.waiters = waiters
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        g = GaugeMetricFamily("msgstore_long_polls_waiting", "Pulls and receives parked until a message arrives or their time is up")
+        g.add_metric([], float(self.waiters.waiting))
+        yield g

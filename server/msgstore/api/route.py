@@ -25,6 +25,7 @@ PEER_TIMEOUT_S = 0.5
 CACHE_S = 0.5
 SILENT_CACHE_S = 2.0  # a peer that did not answer is not asked again sooner: routes stay fast while a member hangs
 DNS_REFRESH_S = 5.0
+UNANSWERED_MS = 2**32 - 1  # stale_ms of a peer that never answered
 
 
 class DuplicateNodeName(RuntimeError):
@@ -55,6 +56,7 @@ class PeerDirectory:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._cache: dict[tuple[str, str], tuple[float, pb.NodeRoute]] = {}  # key -> (valid until, answer)
         self._asking: dict[tuple[str, str], asyncio.Future] = {}  # one question in flight per peer and topic
+        self._answered: dict[str, float] = {}  # peer -> monotonic time of its last answer
 
     async def addresses(self) -> list[str]:
         """Every node's address, this one included, in a stable order."""
@@ -100,7 +102,7 @@ class PeerDirectory:
             asking = self._asking[key] = asyncio.ensure_future(self._ask(address, topic, hit))
             asking.add_done_callback(lambda _f, k=key: self._asking.pop(k, None))
         if hit is not None and not hit[1].ready:  # silent when last asked: say so now, the answer comes in the background
-            return hit[1]
+            return self._aged(hit[1], address)
         node = pb.NodeRoute()
         node.CopyFrom(await asyncio.shield(asking))  # callers adjust their copy (names of silent members)
         return node
@@ -124,8 +126,16 @@ class PeerDirectory:
                 node.CopyFrom(previous)
             node.ready = False
             self._cache[key] = (time.monotonic() + SILENT_CACHE_S, node)
-            return node
+            return self._aged(node, address)
+        self._answered[address] = time.monotonic()
+        node.stale_ms = 0
         self._cache[key] = (time.monotonic() + CACHE_S, node)
+        return node
+
+    def _aged(self, node: pb.NodeRoute, address: str) -> pb.NodeRoute:
+        """A peer that did not answer: how long since it last did (its role is that old)."""
+        at = self._answered.get(address)
+        node.stale_ms = min(UNANSWERED_MS, int((time.monotonic() - at) * 1000) + 1) if at is not None else UNANSWERED_MS
         return node
 
     async def close(self) -> None:

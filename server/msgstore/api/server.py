@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +29,10 @@ from grpc_reflection.v1alpha import reflection
 
 from .. import wire
 from ..broker import BrokerServices
+from ..ha import etcd
+from ..ha.arbiter import ArbiterKeeper
 from ..ha.epochs import EpochFile, EpochFileError
-from ..ha.lease import LeaseKeeper
+from ..ha.lease import KubeLease
 from ..ha.replica import Replica, RoleError
 from ..ha.roles import RolesFile
 from ..record import codec
@@ -69,6 +72,7 @@ HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["Replication"]
 RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send", "SendStream")}
 DEFAULT_PORT = 10911
 DEFAULT_METRICS_PORT = 10912
+ARBITER_FRESH_S = 5.0  # a record read longer ago is not passed on in routes
 
 
 @dataclass
@@ -95,6 +99,9 @@ class ServerOptions:
     group: str | None = None  # replica group (default: the node's name, a group of one)
     replica_of: str | None = None  # host:port of the master to follow (brokerRole SLAVE)
     roles_file: str | None = None  # the operator's roles (group → members, master, epoch), followed
+    arbiter: str | None = None  # etcd://HOST:PORT[,...][/PREFIX]: who is master is decided there (§14.3)
+    arbiter_ttl_s: int | None = None  # the master's lease in the arbiter (None: failover_after_s, at least 3 s)
+    failover_after_s: float | None = 10.0  # with an arbiter: elect a follower once its master was silent this long (None: never)
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -189,6 +196,8 @@ class StoreServer:
             node.master_address = r.master_address
         if r is not None and r.is_master and ready:
             node.fenced = bool(r.ack_refusal())
+        if r is not None and r.keeper is not None and r.keeper.record is not None and time.monotonic() - r.keeper.read_at < ARBITER_FRESH_S:
+            node.arbiter_master, node.arbiter_epoch = r.keeper.record.holder, r.keeper.record.epoch
         return node
 
     # ------------------------------------------------------------------ replication
@@ -235,7 +244,12 @@ class StoreServer:
             replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
         if mine is not None and mine.lease:
             namespace, _, name = mine.lease.rpartition("/")
-            replica.use_lease(LeaseKeeper(namespace or os.environ.get("POD_NAMESPACE", "default"), name, self.node_name, self.advertise))
+            lease = KubeLease(namespace or os.environ.get("POD_NAMESPACE", "default"), name)
+            replica.use_arbiter(ArbiterKeeper(lease, self.node_name, self.advertise, group))
+        elif o.arbiter:
+            ttl = o.arbiter_ttl_s or max(3, int(o.failover_after_s if o.failover_after_s is not None else etcd.DEFAULT_TTL_S))
+            arbiter = etcd.from_url(o.arbiter, group, ttl)
+            replica.use_arbiter(ArbiterKeeper(arbiter, self.node_name, self.advertise, group), o.failover_after_s)
         return replica
 
     async def _follow_roles(self) -> None:
@@ -447,7 +461,7 @@ class StoreServer:
                 ) from None
         await self.server.start()
         bound = f"[{o.host}]:{self.bound_port}" if ":" in o.host else f"{o.host}:{self.bound_port}"
-        log.info("listening", extra={"address": bound, "node": self.node_name, "advertise": self.advertise})
+        log.info("listening", extra={"address": bound, "node": self.node_name, "advertise": self.advertise, "codec": codec_path()})
         loop.create_task(self._recover())
 
     async def _lock_data_dir(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -480,8 +494,8 @@ class StoreServer:
         try:
             self.replica = self._make_replica()
             self.replica.start()
-            if self.replica.lease is not None:
-                self.replica.lease.start(loop)
+            if self.replica.keeper is not None:
+                self.replica.keeper.start(loop)
         except (RoleError, EpochFileError) as e:
             self.recovery_error = str(e)
             log.error("store failed to start: %s", e)
@@ -495,6 +509,7 @@ class StoreServer:
         self.broker.start()  # (its hooks set first: a check-back due at once is not lost)
         if self.metrics is not None:
             self.metrics.watch_broker(weakref.ref(self.broker))
+            self.metrics.watch_long_polls(self.waiters)
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)
@@ -534,10 +549,11 @@ class StoreServer:
             return
         self.stopping = True
         log.info("shutting down")
-        if self.replica is not None and self.replica.lease is not None:
+        keeper = self.replica.keeper if self.replica is not None else None
+        if keeper is not None:
             # first: a master that goes on renewing while its followers disconnect publishes an
-            # in-sync set of itself alone, and the operator then has nobody to elect
-            self.replica.lease.stop()
+            # in-sync set of itself alone, and then there is nobody to elect
+            await keeper.stop()
         await self.health.enter_graceful_shutdown()
         if self.waiters is not None:
             self.waiters.wake_all()
@@ -547,6 +563,8 @@ class StoreServer:
             await self.peers.close()
         if self.replica is not None:
             await self.replica.stop()
+        if keeper is not None:  # its followers hold what it stored by now: an election need not wait for the lease
+            await keeper.resign()
         for ch in self._ha_channels.values():
             await ch.close()
         loop = asyncio.get_running_loop()
@@ -555,6 +573,15 @@ class StoreServer:
         await loop.run_in_executor(None, self.store.shutdown)
         self.executor.shutdown(wait=False)
         log.info("stopped", extra={"clean": not os.path.exists(self.store.abort_path)})
+
+
+def codec_path() -> str:
+    """Which record codec and Send transcoder this process runs (said at start: a server that
+    runs the slow pure-Python paths without saying so looks like a performance bug)."""
+    if codec._native is not None and wire.native is not None:
+        return "compiled"
+    why = "MSGSTORE_PURE_PYTHON=1" if os.environ.get("MSGSTORE_PURE_PYTHON") == "1" else "the compiled extensions are not built"
+    return f"pure Python ({why})"
 
 
 def _check_free(host: str, port: int) -> None:

@@ -101,15 +101,22 @@ def _admin_one(admin, node: str, args) -> dict[str, Any]:
 
 def _promote(admin, node: str, args) -> dict[str, Any]:
     """The manual failover (msgstore.client.failover): fence, elect from the in-sync set, promote, repoint."""
+    import grpc
+
+    from ..client import StoreError
     from ..client.failover import PromotionRefused, promote
 
+    if args.force:
+        raise StoreError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "--force is gone: it replaced a master nobody could fence on the word of whatever members answered, and lost "
+            "acknowledged messages. Run the group with --arbiter etcd://HOST:2379 (elections are then proved safe), or pass "
+            "--unclean to accept the loss (it says how much)",
+            node,
+        )
     try:
-        p = promote(admin.client, admin.address, mode=args.mode or "", epoch=args.epoch, force=args.force, unclean=args.unclean, say=note)
+        p = promote(admin.client, admin.address, mode=args.mode or "", epoch=args.epoch, unclean=args.unclean, say=note)
     except PromotionRefused as e:
-        import grpc
-
-        from ..client import StoreError
-
         raise StoreError(grpc.StatusCode.FAILED_PRECONDITION, str(e), node) from None
     assert p.status is not None
     row = {"node": node, **_role_row(p.status), "fenced_old_master": p.old_master if p.fenced else "", "repointed": p.repointed}
@@ -125,8 +132,26 @@ def _role_row(r) -> dict[str, Any]:
         row["followers"] = [
             {"member": f.member, "acked_offset": f.acked_offset, "lag_bytes": f.lag_bytes, "in_sync": f.in_sync} for f in r.followers
         ]
+        if r.fenced:
+            row["fenced"] = r.fenced
     else:
         row.update(master=r.master_address, connected=r.connected, lag_bytes=r.lag_bytes, lag_seconds=round(r.lag_seconds, 3))
+    if r.HasField("arbiter") and r.arbiter.where:
+        a = r.arbiter
+        row["arbiter"] = {
+            "where": a.where,
+            "master": a.holder,
+            "epoch": a.epoch,
+            "in_sync": list(a.in_sync),
+            "read_s_ago": round(a.age_s, 1),
+            **({"error": a.error} if a.error else {}),
+            **({"elects": "the members (serve --failover-after), or msgstore admin promote"} if a.elects else {"elects": "the operator"}),
+        }
+    elif len(r.members) > 1:
+        row["arbiter"] = (
+            "none: the group switches over while every member answers; replacing a master that does not answer takes "
+            "admin promote --unclean (serve --arbiter etcd://HOST:2379 makes failovers safe)"
+        )
     return row
 
 

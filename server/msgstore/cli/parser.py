@@ -116,6 +116,41 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _arbiter(text: str) -> str:
+    from ..ha.etcd import EtcdTarget
+
+    try:
+        EtcdTarget.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _whole_seconds(least: int):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least} seconds, got {n}")
+        return n
+
+    return parse
+
+
+def _failover_after(text: str) -> float | None:
+    if text.strip().lower() == "never":
+        return None
+    try:
+        n = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of seconds nor 'never'") from None
+    if not n >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds (or never), got {text}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="msgstore", description="The msgstore command: run a store, talk to one, or look at a directory offline.")
     parser.set_defaults(json=False)
@@ -147,6 +182,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--replica-of", metavar="HOST:PORT", type=_address, help="follow this master (brokerRole SLAVE): a byte-for-byte copy of its log"
     )
     s.add_argument("--roles-file", help="the operator's roles of every replica group (JSON), followed when it changes")
+    s.add_argument(
+        "--arbiter",
+        metavar="etcd://HOST:PORT[,HOST:PORT][/PREFIX]",
+        type=_arbiter,
+        default=os.environ.get("MSGSTORE_ARBITER") or None,
+        help="etcd decides who is the replica group's master (the same on every member): a master acknowledges only while it "
+        "holds its lease there, and elections read the in-sync set from it",
+    )
+    s.add_argument(
+        "--failover-after",
+        type=_failover_after,
+        default=10.0,
+        metavar="SECONDS|never",
+        help="with --arbiter: a follower of the recorded in-sync set stands for election once its master has been silent this "
+        "long and its lease has run out (default 10, as the operator's failoverAfterSeconds; never: only msgstore admin promote "
+        "elects)",
+    )
+    s.add_argument(
+        "--arbiter-ttl",
+        type=_whole_seconds(2),
+        metavar="SECONDS",
+        help="the master's lease in the arbiter (default: --failover-after, at least 3, as the operator sizes the Lease); the "
+        "master stops acknowledging 2/3 of it after its last renewal",
+    )
     s.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("MSGSTORE_LOG_FORMAT", "text"))
     s.add_argument("--log-level", default="info")
     s.set_defaults(fn=cmd_serve)
@@ -271,21 +330,18 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(a)
     a = asub.add_parser(
         "promote",
-        help="make the member --server names its group's master: fence the old master, check the member is in sync and "
-        "holds everything, promote it, point the others at it (a manual failover or switchover)",
+        help="make the member --server names its group's master: with an arbiter (serve --arbiter) an election through it; "
+        "without one a switchover while every member answers (fence the old master, check the member is in sync and holds "
+        "everything, promote it, point the others at it); replacing a master that cannot be reached then takes --unclean",
     )
     a.add_argument("--epoch", type=int, default=0, help="the new epoch (default: one past the newest any member knows)")
     a.add_argument("--mode", choices=["SYNC", "ASYNC"], help="replication mode as master (default: the group's)")
-    a.add_argument(
-        "--force",
-        action="store_true",
-        help="promote although the old master cannot be reached to fence it (it may acknowledge writes until it learns of "
-        "the new epoch; in ASYNC mode those are lost)",
-    )
+    a.add_argument("--force", action="store_true", help=argparse.SUPPRESS)  # gone: refused, saying what to use instead
     a.add_argument(
         "--unclean",
         action="store_true",
-        help="promote a member outside the in-sync set, or one that holds less than the old master (it may lack acknowledged messages)",
+        help="promote although it may lose acknowledged messages (it says how much): a member outside the in-sync set, one "
+        "holding less than another, or, without an arbiter, in place of a master that cannot be reached",
     )
     a.add_argument("--node", help="the member (default: the node --server names)")
     _connection_options(a)

@@ -45,6 +45,9 @@ def cmd_serve(args) -> int:
         group=args.group,
         replica_of=args.replica_of,
         roles_file=args.roles_file,
+        arbiter=args.arbiter,
+        arbiter_ttl_s=args.arbiter_ttl,
+        failover_after_s=args.failover_after,
     )
     try:
         return asyncio.run(serve(options))

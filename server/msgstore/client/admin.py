@@ -76,3 +76,7 @@ class AdminClient:
 
     def fence(self, epoch: int, reason: str = "") -> apb.RoleStatus:
         return self._call("Fence", apb.FenceRequest(epoch=epoch, reason=reason))
+
+    def elect(self, *, unclean: bool = False, reason: str = "", catch_up_s: float = 0.0) -> apb.ElectResponse:
+        """An election through the group's arbiter (etcd): this member becomes master if the record proves it safe."""
+        return self._call("Elect", apb.ElectRequest(unclean=unclean, reason=reason, catch_up_s=catch_up_s))

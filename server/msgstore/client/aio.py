@@ -28,7 +28,21 @@ from .client import (
 from .connection import Security, aio_channel, split_endpoints
 from .delays import delay_properties, group_properties
 from .pop import AsyncPopCalls
-from .routing import PROBE_TIMEOUT_S, REROUTE, KeyQueueDown, QueueRef, Route, Suspects, known_addresses, nodes_of, on_master, replicated
+from .routing import (
+    PROBE_TIMEOUT_S,
+    REFUSED,
+    REROUTE,
+    KeyQueueDown,
+    QueueRef,
+    Route,
+    Suspects,
+    confirmed,
+    known_addresses,
+    merge_answers,
+    nodes_of,
+    on_master,
+    replicated,
+)
 from .stream import AsyncSendStream
 from .transactions import AsyncTransactionProducer, end_transaction_async
 
@@ -90,23 +104,39 @@ class AsyncClient(AsyncPopCalls):
         await self.close()
 
     async def route(self, topic: str = "", refresh: bool = False) -> Route:
+        """As :meth:`Client.route`: more members are asked while an answer cannot vouch for a
+        group's master."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
-        for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
+        answers: list[list[pb.NodeRoute]] = []
+        asked: set[str] = set()
+        while True:
+            todo = [
+                a for a in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()), answers)) if a not in asked
+            ]
+            if not todo:
+                break
+            address = todo[0]
+            asked.add(address)
             try:
-                resp = await self._call(address, "GetRoute", pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0))
+                timeout = min(self.timeout, 5.0) if not answers else PROBE_TIMEOUT_S * 2
+                resp = await self._call(address, "GetRoute", pb.GetRouteRequest(topic=topic), timeout=timeout)
             except StoreError as e:
                 last = e
                 if e.code in RETRYABLE:
                     self._suspects.mark(address)
                 continue
             self._suspects.clear(address)
-            route = Route(topic, nodes_of(resp.nodes))
-            self._routes[topic] = route
-            return route
-        raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
+            answers.append(list(resp.nodes))
+            if confirmed(merge_answers(answers)):
+                break
+        if not answers:
+            raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
+        route = Route(topic, nodes_of(merge_answers(answers)))
+        self._routes[topic] = route
+        return route
 
     async def send(
         self,
@@ -177,8 +207,13 @@ class AsyncClient(AsyncPopCalls):
                 target = route.pick(key, exclude=tried, reorder=reorder)
                 continue
             if any(r.status in REROUTE for r in results) and time.monotonic() < deadline:
-                moved = on_master(await self.route(topic, refresh=True), target)
-                if moved is not None and moved.address != target.address:
+                if any(r.status in REFUSED for r in results) and replicated(route, target):
+                    self._suspects.mark(target.address)  # a master that may not acknowledge: wait for one that does
+                    moved = await self._await_new_master(topic, target, deadline)
+                else:
+                    moved = on_master(await self.route(topic, refresh=True), target)
+                    moved = moved if moved is not None and moved.address != target.address else None
+                if moved is not None:
                     target = moved
                     continue
             return results

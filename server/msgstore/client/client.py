@@ -25,6 +25,7 @@ from .errors import error_from as _error
 from .pop import PopCalls
 from .routing import (
     PROBE_TIMEOUT_S,
+    REFUSED,
     REROUTE,
     KeyQueueDown,
     Member,
@@ -32,7 +33,9 @@ from .routing import (
     QueueRef,
     Route,
     Suspects,
+    confirmed,
     known_addresses,
+    merge_answers,
     nodes_of,
     on_master,
     replicated,
@@ -297,14 +300,28 @@ class Client(PopCalls):
     # ------------------------------------------------------------------ routing
 
     def route(self, topic: str = "", refresh: bool = False) -> Route:
+        """The topic's route: one member's answer, or, while that answer cannot vouch for a
+        group's master (it lists a member it could not reach, or no master takes writes), the
+        freshest entry of each member from every member that answers."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
-        for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
+        answers: list[list[pb.NodeRoute]] = []
+        asked: set[str] = set()
+        while True:
+            todo = [
+                a for a in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()), answers)) if a not in asked
+            ]
+            if not todo:
+                break
+            address = todo[0]
+            asked.add(address)
             try:
                 resp = self.stub(address).GetRoute(
-                    pb.GetRouteRequest(topic=topic), timeout=min(self.timeout, 5.0), metadata=self.security.data_metadata() or None
+                    pb.GetRouteRequest(topic=topic),
+                    timeout=min(self.timeout, 5.0) if not answers else PROBE_TIMEOUT_S * 2,
+                    metadata=self.security.data_metadata() or None,
                 )
             except grpc.RpcError as e:
                 last = _error(e, address)
@@ -312,10 +329,14 @@ class Client(PopCalls):
                     self._suspects.mark(address)
                 continue
             self._suspects.clear(address)
-            route = Route(topic, nodes_of(resp.nodes))
-            self._routes[topic] = route
-            return route
-        raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
+            answers.append(list(resp.nodes))
+            if confirmed(merge_answers(answers)):
+                break
+        if not answers:
+            raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
+        route = Route(topic, nodes_of(merge_answers(answers)))
+        self._routes[topic] = route
+        return route
 
     def nodes(self) -> list[Node]:
         return self.route("", refresh=True).nodes
@@ -467,8 +488,15 @@ class Client(PopCalls):
                 # "not master" / "replicas missing": a member that does not yet know it was
                 # replaced; the group's new master takes the send (what the old one stored is
                 # cut when it rejoins)
-                moved = on_master(self.route(topic, refresh=True), target)
-                if moved is not None and moved.address != target.address:
+                if any(r.status in REFUSED for r in results) and replicated(route, target):
+                    # a master that may not acknowledge (fenced, no lease or quorum): suspect it,
+                    # and wait for the group's master to take writes, this one or another
+                    self._suspects.mark(target.address)
+                    moved = self._await_new_master(topic, target, deadline)
+                else:
+                    moved = on_master(self.route(topic, refresh=True), target)
+                    moved = moved if moved is not None and moved.address != target.address else None
+                if moved is not None:
                     target = moved
                     continue
             return results

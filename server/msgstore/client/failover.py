@@ -1,24 +1,28 @@
-"""A manual failover or switchover without Kubernetes (``msgstore admin promote``): the same
-steps the operator takes, with the member named on the command line as the candidate.
+"""A manual failover or switchover (``msgstore admin promote``): the member named on the command
+line becomes its group's master.
 
-1. Ask every member of the group (the candidate knows them) for its role and epochs; the new
-   epoch is one past the newest any of them knows (so a retried promotion cannot make two
-   masters with one epoch).
-2. Fence the old master (``Admin.Fence``): from that moment it acknowledges nothing, in either
-   mode. Its answer says its final end, mode and in-sync set.
-3. Elect only from the in-sync set (RocketMQ's SyncStateSet): a member outside it may lack
-   acknowledged messages (``--unclean`` overrides, Kafka's unclean election). Wait until the
-   candidate holds everything the fenced master has (a switchover then loses nothing, in ASYNC
-   mode too).
+**With an arbiter** (etcd, ``serve --arbiter``) the member elects itself through it
+(``Admin.Elect``, msgstore.ha.election): only from the in-sync set the arbiter holds, only once
+the old master is fenced or its lease has run out, ranked by (last epoch, end offset), the record
+taken by compare-and-swap. What it cannot prove safe it refuses, and ``--unclean`` is the only way
+to lose acknowledged messages (it says how much). On Kubernetes the operator elects instead.
+
+**Without one** nothing can prove that a master that does not answer has stopped acknowledging,
+nor which members hold what it acknowledged (a follower's own view of the in-sync set may be
+stale), so:
+
+1. Ask every member (the candidate knows them) for its role and epochs; the new epoch is one
+   past the newest any of them knows (a retried promotion cannot make two masters of one epoch).
+2. Fence the old master (``Admin.Fence``): from that moment it acknowledges nothing. Its answer
+   says its final end, mode and in-sync set.
+3. Elect only from that in-sync set, and wait until the candidate holds everything the fenced
+   master has (a switchover loses nothing, in ASYNC mode too).
 4. Promote it at the new epoch, in the group's mode, and point every other member at it.
 
-When the old master cannot be reached, nothing can stop it from acknowledging but its own
-rules, so the promotion is refused unless ``--force``. Forced, the other members are pointed at
-the candidate first and the promotion waits until none of them has heard from the old master
-for ``haKeepaliveTimeout``: in a group of three or more the old master has then lost its
-majority and acknowledges nothing (check-quorum). In a group of two nothing guarantees that
-until the old master learns of the new epoch: writes it acknowledges meanwhile (ASYNC) are cut
-when it rejoins.
+A master that cannot be reached is replaced only with ``--unclean``, which says how much may be
+lost: the other members are pointed at the candidate first, and the promotion waits until none
+of them has heard from the old master for ``haKeepaliveTimeout`` (in a group of three or more it
+has then lost its majority and acknowledges nothing: check-quorum).
 """
 
 from __future__ import annotations
@@ -84,20 +88,21 @@ def promote(
     *,
     mode: str = "",
     epoch: int = 0,
-    force: bool = False,
     unclean: bool = False,
     catch_up_s: float = 10.0,
     say: Callable[[str], None] = lambda _: None,
 ) -> Promotion:
     """Make the member at ``candidate`` (host:port) its group's master, as the module says."""
     quick = _Admins(client, PROBE_TIMEOUT_S)
-    slow = _Admins(client, max(client.timeout, 30.0))  # a promotion dispatches what the candidate copied
+    slow = _Admins(client, max(client.timeout, 30.0) + catch_up_s)  # a promotion dispatches what the candidate copied
     cand = quick.on(candidate).role_pb()
+    if cand.HasField("arbiter") and cand.arbiter.where:
+        return _elect(slow, candidate, cand, mode=mode, epoch=epoch, unclean=unclean, catch_up_s=catch_up_s, say=say)
     out = Promotion(candidate=cand.node or candidate)
     if cand.role == "MASTER" and not cand.fenced and (not epoch or cand.epoch == epoch):
         out.epoch, out.mode, out.status = cand.epoch, cand.mode, cand
         out.notes.append(f"{out.candidate} already is the master of {cand.group} at epoch {cand.epoch}")
-        _repoint_strays(quick, cand, candidate, out)  # a promotion interrupted after its Promote
+        _repoint_strays(quick, cand, candidate, out, unclean)  # a promotion interrupted after its Promote
         return out
     members = {m.name: m.address for m in cand.members if m.name != cand.node}
     if cand.master_address and cand.master_address not in members.values():
@@ -110,12 +115,13 @@ def promote(
     out.epoch = epoch or newest + 1
     masters = sorted(((n, r) for n, r in heard.items() if r.role == "MASTER"), key=lambda nr: -nr[1].epoch)
     old = masters[0] if masters else None
+    reclaim = False
     if cand.role == "MASTER":  # a fenced master taking writes again (a switchover abandoned): a new term of its own
         live = [n for n, r in masters if not r.fenced and r.epoch >= cand.epoch]
         if live:
             raise PromotionRefused(f"{live[0]} is the master of {cand.group} (epoch {heard[live[0]].epoch}): promote a follower of it")
         old = None
-        force = True
+        reclaim = True
         mode = mode or cand.mode
     if old is not None:
         out.old_master = old[0]
@@ -137,18 +143,23 @@ def promote(
         _catch_up(quick, candidate, fenced.end_offset, catch_up_s, unclean, out, say)
     else:
         missing = sorted(n for n, r in roles.items() if r is None)
-        if not force:
+        at_risk = _at_risk(cand, heard)
+        if not reclaim and not unclean:
             raise PromotionRefused(
                 f"the master of {cand.group} ({cand.master_address or 'unknown'}) cannot be reached to fence it"
                 + (f" (no answer from {', '.join(missing)})" if missing else "")
-                + ". --force promotes anyway: the old master may go on acknowledging writes until it learns of epoch "
-                f"{out.epoch} (at once when it reaches a member that knows it; in a group of three or more once it no longer "
-                "hears from a majority), and in ASYNC mode what it acknowledges meanwhile is cut when it rejoins"
+                + ". Without an arbiter nothing proves that it stopped acknowledging writes, nor which members hold what it "
+                "acknowledged (a follower's own view of the in-sync set may be stale). Run the group with --arbiter "
+                f"etcd://HOST:2379 (members then fail over by themselves), or pass --unclean to promote {out.candidate} anyway: "
+                + (f"up to {at_risk} bytes the others reported holding beyond its end may be lost, and " if at_risk else "")
+                + "whatever the old master acknowledges until it learns of the new epoch is cut when it rejoins"
             )
         if cand.role != "MASTER":
-            out.notes.append(f"forced: the master of {cand.group} was not reached ({', '.join(missing) or 'nobody answered'})")
+            out.notes.append(
+                f"unclean: the master of {cand.group} was not reached ({', '.join(missing) or 'nobody answered'})"
+                + (f"; up to {at_risk} bytes reported beyond {out.candidate}'s end may be lost" if at_risk else "")
+            )
             mode = mode or cand.group_mode
-            _check_forced_candidate(cand, heard, unclean, out)
             for name in heard:  # take the old master's majority away before there are two masters
                 quick.on(members[name]).set_role(candidate, out.epoch)
                 out.repointed.append(name)
@@ -167,20 +178,91 @@ def promote(
     return out
 
 
-def _repoint_strays(admins: _Admins, cand: apb.RoleStatus, candidate: str, out: Promotion) -> None:
+def _repoint_strays(admins: _Admins, cand: apb.RoleStatus, candidate: str, out: Promotion, unclean: bool = False) -> None:
     """Point at the candidate every member that answers and neither follows it nor knows a newer
-    epoch: what a promotion stopped between its Promote and its repointing left undone."""
+    epoch: what a promotion stopped between its Promote and its repointing left undone. A live
+    master of an older epoch (an old master that never learned it was replaced) is fenced, not
+    repointed: what it acknowledged since would be cut, which only ``--unclean`` may do."""
+    live: list[str] = []
     for m in cand.members:
         if m.name == cand.node:
             continue
         r = _role(admins, m.address)
         if r is None or r.epoch > cand.epoch or (r.role == "SLAVE" and r.master_address == candidate and r.epoch == cand.epoch):
             continue
+        if r.role == "MASTER" and not r.fenced and not unclean:
+            try:
+                admins.on(m.address).fence(cand.epoch, f"{cand.node} is the master of epoch {cand.epoch}")
+            except StoreError as e:
+                out.notes.append(f"fencing {m.name} failed ({e.code.name})")
+            fork = cand.epochs[-1].start_offset if cand.epochs else 0
+            live.append(
+                f"{m.name} ({m.address}) was still taking writes as master of epoch {r.epoch}; it holds {max(0, r.end_offset - fork)} "
+                f"bytes from offset {fork}, where epoch {cand.epoch} began on {cand.node}"
+            )
+            continue
         try:
             admins.on(m.address).set_role(candidate, cand.epoch)
             out.repointed.append(m.name)
         except StoreError as e:
             out.notes.append(f"{m.name} ({m.address}) was not repointed ({e.code.name}): it learns of epoch {cand.epoch} when it is back")
+    if live:
+        raise PromotionRefused(
+            "; ".join(live)
+            + ". It is fenced now (it acknowledges nothing more). Making it follow would cut what it acknowledged after the fork: "
+            "read those messages off it first if they matter, then run this again with --unclean"
+        )
+
+
+def _at_risk(cand: apb.RoleStatus, heard: dict[str, apb.RoleStatus]) -> int:
+    """Bytes some member (or the old master, as the candidate last heard of it) reported holding
+    beyond the candidate's end: what an unclean promotion may lose, as far as anyone can tell."""
+    ends = [cand.master_end, *(r.end_offset for r in heard.values())]
+    return max(0, max(ends) - cand.end_offset)
+
+
+def _elect(
+    admins: _Admins,
+    candidate: str,
+    cand: apb.RoleStatus,
+    *,
+    mode: str,
+    epoch: int,
+    unclean: bool,
+    catch_up_s: float,
+    say: Callable[[str], None],
+) -> Promotion:
+    """An election through the group's arbiter, run by the candidate itself (``Admin.Elect``)."""
+    if not cand.arbiter.elects:
+        raise PromotionRefused(
+            f"{cand.group}'s master is decided in {cand.arbiter.where}, where the operator elects (it fails over by itself; "
+            "annotate the MessageStore to move mastership): not by msgstore admin promote"
+        )
+    if epoch:
+        raise PromotionRefused("--epoch: with an arbiter the election takes the epoch after the newest its record and the members know")
+    if mode and cand.group_mode and mode != cand.group_mode:
+        raise PromotionRefused(f"--mode: with an arbiter the group keeps its mode ({cand.group_mode}); change brokerRole to change it")
+    try:
+        resp = admins.on(candidate).elect(unclean=unclean, reason="msgstore admin promote", catch_up_s=catch_up_s)
+    except StoreError as e:
+        if e.code.name == "FAILED_PRECONDITION":
+            raise PromotionRefused(e.details) from None
+        raise
+    out = Promotion(
+        candidate=resp.status.node or cand.node,
+        epoch=resp.epoch,
+        mode=resp.status.mode,
+        old_master=resp.old_master,
+        fenced=resp.fenced,
+        notes=list(resp.notes),
+        status=resp.status,
+        repointed=list(resp.repointed),
+    )
+    for n in out.notes:
+        say(n)
+    if not resp.already:
+        say(f"{out.candidate} was elected master of {cand.group} at epoch {resp.epoch} through {cand.arbiter.where}")
+    return out
 
 
 def _catch_up(
@@ -203,31 +285,6 @@ def _catch_up(
             "another member, or pass --unclean"
         )
     out.notes.append(f"unclean: {end - held} bytes the fenced master held are not on {out.candidate}")
-
-
-def _check_forced_candidate(cand: apb.RoleStatus, heard: dict[str, apb.RoleStatus], unclean: bool, out: Promotion) -> None:
-    """Without the old master's word: the candidate must have been in its in-sync set when last
-    told, and (ASYNC: acknowledgements waited for nobody) no reachable member may hold more of
-    the newest history. In SYNC mode every member of the set holds every acknowledged put."""
-    if unclean:
-        return
-    if cand.node not in cand.sync_state_set:
-        raise PromotionRefused(
-            f"{out.candidate} was not in the in-sync set when it last heard from its master "
-            f"({', '.join(cand.sync_state_set) or 'never told'}): it may lack acknowledged messages. Promote a member that was, "
-            "or pass --unclean"
-        )
-
-    def rank(r: apb.RoleStatus) -> tuple[int, int]:
-        return (r.epochs[-1].epoch if r.epochs else 0, r.end_offset)
-
-    better = [(n, r) for n, r in heard.items() if r.role == "SLAVE" and rank(r) > rank(cand)]
-    if better and cand.group_mode != "SYNC":
-        n, r = max(better, key=lambda nr: rank(nr[1]))
-        raise PromotionRefused(
-            f"{n} holds more of {cand.group}'s history than {out.candidate} (epoch {rank(r)[0]} to {r.end_offset} against "
-            f"epoch {rank(cand)[0]} to {cand.end_offset}): promote {n}, or pass --unclean"
-        )
 
 
 def _wait_unheard(
@@ -258,4 +315,4 @@ def _wait_unheard(
             say(f"no member has heard from the old master for {keepalive:.1f} s (haKeepaliveTimeout): it has no majority left")
             return
         time.sleep(0.1)
-    raise PromotionRefused(f"{candidate} still hears from the old master: it is alive; run the promotion again without --force")
+    raise PromotionRefused(f"{candidate} still hears from the old master: it is alive; run the promotion again without --unclean")

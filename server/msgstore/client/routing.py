@@ -48,6 +48,8 @@ class Member:
     lag_bytes: int = 0
     fenced: bool = False  # a master that acknowledges nothing now (deposed, learning, no lease or quorum)
     master_address: str = ""  # a follower's master
+    stale_ms: int = 0  # > 0: the member that answered could not reach this one for that long (its role is last-known)
+    arbiter_epoch: int = 0  # the group's epoch as the arbiter's record says, read by this member
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def group_nodes(members: list[tuple[Member, str, tuple[int, ...]]]) -> list[Node
         groups.setdefault(group or m.name or m.address, []).append((m, qids))
     out = []
     for name, ms in groups.items():
-        newest = max(m.epoch for m, _ in ms)
+        newest = max(max(m.epoch, m.arbiter_epoch) for m, _ in ms)
         masters = sorted((x for x in ms if x[0].role != "SLAVE"), key=lambda x: (x[0].epoch, x[0].ready), reverse=True)
         live = [x for x in masters if x[0].ready and not x[0].fenced and x[0].epoch >= newest]
         head = live[0] if live else (masters[0] if masters else ms[0])
@@ -208,12 +210,44 @@ class Suspects:
         return sorted(addresses, key=lambda a: a in self)  # stable: the given order otherwise
 
 
-def known_addresses(endpoints: list[str], routes) -> list[str]:
-    """Where to ask for a route: the endpoints given, then every member any route named (a
-    client given only a master's address finds the group again after that master died)."""
+def known_addresses(endpoints: list[str], routes, answers=()) -> list[str]:
+    """Where to ask for a route: the endpoints given, then every member any route (or a route
+    answer just received) named (a client given only a master's address finds the group
+    again after that master died)."""
     found = [m.address for r in routes for n in r.nodes for m in (n.members or ())]
     found += [n.address for r in routes for n in r.nodes]
+    found += [n.address for nodes in answers for n in nodes if n.address]
     return list(dict.fromkeys([*endpoints, *found]))
+
+
+UNANSWERED_MS = 2**32 - 1  # a member the answering one never reached
+
+
+def merge_answers(answers: list) -> list:
+    """NodeRoutes from several members' GetRoute answers: for each member, the entry that is
+    freshest (its own answer over another's last-known view of it)."""
+    best: dict[str, object] = {}
+    for nodes in answers:
+        for n in nodes:
+            key = n.name or n.address
+            if key not in best or n.stale_ms < best[key].stale_ms:  # type: ignore[attr-defined]
+                best[key] = n
+    return list(best.values())
+
+
+def confirmed(resp_nodes) -> bool:
+    """Whether a route answer can be taken as it is: every replicated group's master is one
+    the answer saw answer (not a last-known role) and takes writes. Otherwise a client asks the
+    other members too (a member cut off from its group lists the others as it last saw them)."""
+    for node in nodes_of(resp_nodes):
+        if len(node.members) < 2:
+            continue
+        if not node.ready:
+            return False
+        head = next((m for m in node.members if m.address == node.address), None)
+        if head is None or head.stale_ms > 0:
+            return False
+    return True
 
 
 def nodes_of(resp_nodes) -> list[Node]:
@@ -230,6 +264,8 @@ def nodes_of(resp_nodes) -> list[Node]:
                 n.lag_bytes,
                 n.fenced,
                 n.master_address,
+                n.stale_ms,
+                n.arbiter_epoch,
             ),
             n.group,
             tuple(n.queue_ids),
@@ -241,7 +277,10 @@ def nodes_of(resp_nodes) -> list[Node]:
 
 # Answers that say the group's master may have changed ("not master", "replicas missing"): the
 # route is read again and, when it names another master for the group, the send goes there.
-REROUTE = frozenset({"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "IN_SYNC_REPLICAS_NOT_ENOUGH"})
+REROUTE = frozenset({"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "IN_SYNC_REPLICAS_NOT_ENOUGH", "SERVICE_NOT_AVAILABLE"})
+# Of those, the ones a master gives when it may not acknowledge at all (fenced, deposed, without
+# its lease or quorum): in a replicated group the client waits for another master.
+REFUSED = frozenset({"SERVICE_NOT_AVAILABLE"})
 
 
 def on_master(route: Route, target: QueueRef) -> QueueRef | None:

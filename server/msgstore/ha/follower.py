@@ -42,6 +42,7 @@ class Follower:
         self.master_end = 0
         self.caught_up_at = time.monotonic()
         self.last_contact = 0.0  # monotonic time of the last chunk (0: none yet)
+        self.started_at = time.monotonic()
         self.in_sync = False  # in the master's in-sync set, as the master last said
         self.sync_state_set: list[str] = []
         self.master_epochs: list[Epoch] = []

@@ -1,6 +1,6 @@
-"""The master's hold on its group's Lease (``coordination.k8s.io/v1``) on Kubernetes: the API
-server, an existing linearizable store, is the arbiter of who may acknowledge writes, not
-anything of ours.
+"""The arbiter on Kubernetes (``arbiter.py``): the group's Lease (``coordination.k8s.io/v1``).
+The API server, an existing linearizable store, says who may acknowledge writes, not anything
+of ours.
 
 The operator creates one Lease per replica group and writes into it who holds it and at what
 epoch (``msgstore.io/epoch``) — at creation and at every election, before it promotes anyone.
@@ -13,19 +13,20 @@ the operator elects only once it has seen the lease go unrenewed for the whole d
 its own clock, so clocks need not agree). A master that finds the Lease naming someone else, or
 a newer epoch, is deposed (``gate.py``) at once.
 
-It talks to the API server with the official client from a thread of its own (in-cluster
-credentials, else ``KUBECONFIG``); the pods' ServiceAccount may only get and update their
-group's Lease.
+It talks to the API server with the official (blocking) client from a thread of its own
+(in-cluster credentials, else ``KUBECONFIG``); the pods' ServiceAccount may only get and update
+their group's Lease. Members never elect here: the operator does (``can_elect`` is False).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
 import logging
-import threading
-import time
-from collections.abc import Callable
+from dataclasses import replace
+
+from .arbiter import Arbiter, ArbiterError, Conflict, Record
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ EPOCH = "msgstore.io/epoch"  # the term the holder must be master of
 IN_SYNC = "msgstore.io/in-sync"  # the holder's in-sync set (comma-separated member names, itself included)
 ADDRESS = "msgstore.io/address"  # where the holder serves (host:port)
 END_OFFSET = "msgstore.io/end-offset"  # the holder's commit-log end at its last renewal (a replaced volume shows)
-RENEW_FRACTION = 2 / 3  # renew deadline / lease duration (client-go: 10 s of 15)
 
 
 class LeaseUnavailable(RuntimeError):
@@ -61,121 +61,83 @@ def _api():
     return kubernetes.client.CoordinationV1Api(api_client), kubernetes.client.rest.ApiException
 
 
-class LeaseKeeper:
-    def __init__(self, namespace: str, name: str, identity: str, address: str):
+class KubeLease(Arbiter):
+    can_elect = False
+
+    def __init__(self, namespace: str, name: str):
         self.namespace = namespace
         self.name = name
-        self.identity = identity
-        self.address = address
-        self.valid_until = 0.0  # monotonic: acknowledge only before this
-        self.duration = 0.0  # the Lease's, as last read
-        self.wanted: list[str] = [identity]  # the in-sync set to publish (set on the event loop)
-        self.published: list[str] = []
-        self.last_error = ""
-        self.epoch: Callable[[], int] = lambda: 0  # the member's epoch
-        self.is_master: Callable[[], bool] = lambda: False
-        self.end_offset: Callable[[], int] = lambda: 0
-        self.on_deposed: Callable[[str, int], None] = lambda reason, epoch: None
-        self.on_published: Callable[[list[str]], None] = lambda members: None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.where = f"Lease {namespace}/{name}"
+        self.duration = 15.0  # the Lease's, as last read
         self._api = None
+        self._api_error: type[Exception] = Exception
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
+        self._object = None  # the Lease as last read (replaced whole on renewal)
 
-    @property
-    def where(self) -> str:
-        return f"Lease {self.namespace}/{self.name}"
+    async def _in_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    # ------------------------------------------------------------------ the loop's side
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._wake.set()
-
-    def publish(self, members: list[str]) -> None:
-        """The in-sync set changed: the controller must see it before a put is acknowledged
-        without a member that left (the tracker waits for :attr:`on_published`)."""
-        self.wanted = [self.identity, *members]
-        self._wake.set()
-
-    def taken_office(self) -> None:
-        """A new term: nothing is acknowledged until the Lease is renewed at the new epoch."""
-        self.valid_until = 0.0
-        self.wanted = [self.identity]
-        self._wake.set()
-
-    def refusal(self) -> str:
-        if time.monotonic() < self.valid_until:
-            return ""
-        why = f": {self.last_error}" if self.last_error else ""
-        return f"{self.identity} holds no fresh renewal of {self.where} (the arbiter of who is master){why}"
-
-    def _call_soon(self, fn, *args) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(fn, *args)
-
-    # ------------------------------------------------------------------ the thread
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            retry = 2.0
-            if self.is_master():
-                try:
-                    retry = self.renew()
-                except Exception as e:  # the API server is away: the deadline runs out by itself
-                    self.last_error = f"renewing failed: {e.__class__.__name__}: {str(e)[:200]}"
-                    log.warning("%s: %s", self.where, self.last_error)
-                    retry = 0.5
-            self._wake.wait(retry)
-            self._wake.clear()
-
-    def renew(self) -> float:
-        """One renewal (or the finding that this member no longer holds the Lease); returns
-        how long to wait before the next."""
+    def _read(self):
         if self._api is None:
             self._api, self._api_error = _api()
-        sent = time.monotonic()
-        lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=5)
+        return self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=5)
+
+    async def read(self) -> Record | None:
+        try:
+            lease = await self._in_thread(self._read)
+        except LeaseUnavailable:
+            raise
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return None
+            raise ArbiterError(f"reading {self.where}: {e.__class__.__name__}: {str(e)[:200]}") from e
+        self._object = lease
         spec, meta = lease.spec, lease.metadata
         annotations = dict(meta.annotations or {})
-        holder = spec.holder_identity or ""
         try:
             epoch = int(annotations.get(EPOCH, "0"))
         except ValueError:
             epoch = 0
-        mine = self.epoch()
+        end = str(annotations.get(END_OFFSET, "0"))
         self.duration = float(spec.lease_duration_seconds or 15)
-        retry = min(2.0, self.duration / 5)
-        if holder != self.identity or epoch > mine:
-            self.valid_until = 0.0
-            self.last_error = f"it names {holder or 'nobody'} at epoch {epoch}"
-            self._call_soon(self.on_deposed, f"{self.where} names {holder or 'nobody'} at epoch {epoch}: this member was replaced", epoch)
-            return retry
-        if epoch < mine:
-            self.valid_until = 0.0
-            self.last_error = f"it names epoch {epoch}, this member is at epoch {mine}: only the operator elects here"
-            return retry
-        wanted = list(self.wanted)
-        annotations[IN_SYNC] = ",".join(wanted)
-        annotations[ADDRESS] = self.address
-        annotations[END_OFFSET] = str(self.end_offset())
+        return Record(
+            holder=spec.holder_identity or "",
+            epoch=epoch,
+            in_sync=tuple(m for m in str(annotations.get(IN_SYNC, "")).split(",") if m),
+            address=str(annotations.get(ADDRESS, "")),
+            end_offset=int(end) if end.isdigit() else 0,
+            version=meta.resource_version,
+        )
+
+    def _replace(self, mine: Record):
+        lease = self._object
+        meta = lease.metadata
+        annotations = dict(meta.annotations or {})
+        annotations[IN_SYNC] = ",".join(mine.in_sync)
+        annotations[ADDRESS] = mine.address
+        annotations[END_OFFSET] = str(mine.end_offset)
         meta.annotations = annotations
-        spec.renew_time = micro_time()
+        lease.spec.renew_time = micro_time()
         try:
-            self._api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=5)
+            done = self._api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=5)
         except self._api_error as e:
-            if e.status == 409:  # changed meanwhile (an election?): read it again at once
-                return 0.0
+            if e.status == 409:  # changed meanwhile (an election?)
+                raise Conflict(f"{self.where} changed since it was read") from None
             raise
-        self.valid_until = sent + self.duration * RENEW_FRACTION
-        self.last_error = ""
-        if wanted != self.published:
-            self.published = wanted
-            self._call_soon(self.on_published, [m for m in wanted if m != self.identity])
-        return retry
+        return done.metadata.resource_version
+
+    async def renew(self, seen: Record | None, mine: Record) -> Record:
+        """The holder's renewal: renewTime now, and its in-sync set, address and end, by
+        compare-and-swap on the resourceVersion just read."""
+        if seen is None or self._object is None or self._object.metadata.resource_version != seen.version:
+            raise Conflict(f"{self.where} was not read just before renewing")
+        try:
+            version = await self._in_thread(self._replace, mine)
+        except Conflict:
+            raise
+        except Exception as e:
+            raise ArbiterError(f"renewing {self.where}: {e.__class__.__name__}: {str(e)[:200]}") from e
+        return replace(mine, version=version)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False)

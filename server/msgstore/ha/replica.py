@@ -7,11 +7,17 @@ its log to followers and keeps their in-sync set; in SYNC mode it acknowledges a
 member of that set holds it. A follower refuses producers, copies its master's log and
 metadata, and may serve reads (``slaveReadEnable``). The server's event loop drives all of this.
 
-Fencing without Kubernetes (with it, the group's Lease does this: ``lease.py``): a master that
-knows other members first asks them for the group's epoch before it acknowledges anything; one
-that learns of a newer epoch (a Fence, a follower's handshake, a member's answer) stops for good
-and follows the newer master when it knows where that is; and in a group of three or more a
-master that hears from no majority stops until it does again (check-quorum).
+With an arbiter (``arbiter.py``: the group's Lease on Kubernetes, a key in etcd elsewhere) the
+arbiter's record says who is master: a master acknowledges only while it holds the record
+fresh, and publishes its in-sync set there; with etcd the members also follow the record (a
+member it names takes office, the others follow it) and elect through it (``election.py``).
+
+Without one, a master that knows other members first asks every one of them for the group's
+epoch before it acknowledges anything, and keeps asking while it runs; one that learns of a
+newer epoch (a Fence, a follower's handshake, a member's answer) stops for good and follows the
+newer master when it knows where that is; and in a group of three or more a master that hears
+from no majority stops until it does again (check-quorum). Such a group can be switched over
+while every member answers; replacing a master that cannot be reached takes ``--unclean``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import grpc
 from ..store import MessageStore, PutStatus
 from ..v1 import admin_pb2 as apb
 from ..v1 import admin_pb2_grpc as apbg
+from .arbiter import ArbiterKeeper, Record
+from .election import Election, ElectionRefused
 from .epochs import EpochFile
 from .follower import Follower
 from .gate import WriteGate
-from .lease import LeaseKeeper
 from .members import GroupMembers
 from .signal import AppendSignal
 from .tracker import ReplicaTracker
@@ -40,7 +47,8 @@ MASTER, SLAVE = "MASTER", "SLAVE"
 MAX_EPOCH = 2**32 - 1  # epochs travel as uint32
 ROLES = {"ASYNC_MASTER": (MASTER, "ASYNC"), "SYNC_MASTER": (MASTER, "SYNC"), "SLAVE": (SLAVE, "ASYNC")}
 HOUSEKEEPING_S = 0.25
-PROBE_EVERY_S = 0.5
+PROBE_EVERY_S = 0.5  # a master that may not acknowledge asks its members this often
+PROBE_ALWAYS_S = 2.0  # and one that may, this often (a healed old master learns of its successor)
 PROBE_TIMEOUT_S = 1.0
 
 
@@ -92,7 +100,9 @@ class Replica:
         self.state_version = 0  # bumped when what followers are told (mode, in-sync set, members) changes
         self.confirmed = 0  # a SYNC master's confirm offset (what every in-sync member holds)
         self._limit: int | None = None  # the dispatch bound that follows from it (None: none)
-        self.lease: LeaseKeeper | None = None  # on Kubernetes (use_lease)
+        self.keeper: ArbiterKeeper | None = None  # with an arbiter (use_arbiter)
+        self.failover_after: float | None = None  # with an arbiter that members elect through: elect after this (None: never)
+        self._electing: asyncio.Task | None = None
         self._housekeeping: asyncio.Task | None = None
         self._last_probe = 0.0
         self.apply_settings()
@@ -137,15 +147,25 @@ class Replica:
     def epoch(self) -> int:
         return self.epochs.epoch
 
-    def use_lease(self, keeper: LeaseKeeper) -> None:
-        """Kubernetes: the group's Lease decides who may acknowledge (before :meth:`start`)."""
-        self.lease = keeper
+    def use_arbiter(self, keeper: ArbiterKeeper, failover_after: float | None = None) -> None:
+        """The arbiter decides who may acknowledge (before :meth:`start`); ``failover_after``:
+        with etcd, elect this member once its master has been silent that long and its lease
+        has run out (None: only when ``msgstore admin promote`` asks)."""
+        self.keeper = keeper
+        self.failover_after = failover_after
         keeper.epoch = lambda: self.epoch
+        keeper.mode = lambda: self.mode
         keeper.is_master = lambda: self.is_master and not self.gate.deposed  # a fenced master renews nothing
         keeper.on_deposed = self.depose
         keeper.end_offset = lambda: self.store.commitlog.max_offset
         keeper.on_published = self.tracker.published
+        keeper.on_record = self._on_record
         self.tracker.publish = keeper.publish
+
+    @property
+    def lease(self) -> ArbiterKeeper | None:
+        """(the Kubernetes name of the arbiter's keeper)"""
+        return self.keeper
 
     def apply_settings(self) -> None:
         cfg = self.store.config
@@ -201,15 +221,16 @@ class Replica:
         """What this master must hear before it acknowledges (fencing without a Lease)."""
         self.gate.reset()
         self.store.dispatcher.limit = self._dispatch_limit
-        if self.lease is not None:
-            self.gate.lease = self.lease.refusal
-            self.lease.taken_office()
+        if self.keeper is not None:  # its first renewal reads the record: nothing is taken before
+            self.gate.lease = self.keeper.refusal
+            self.keeper.taken_office()
         else:
             others = self.members.others()
             if started and others:
                 self.gate.learning = (
-                    f"{self.node} has just started as master of {self.group} and is asking its members "
-                    f"({', '.join(sorted(others))}) whether a newer epoch exists before it takes writes"
+                    f"{self.node} has just started as master of {self.group} and is asking every member "
+                    f"({', '.join(sorted(others))}) whether a newer epoch exists before it takes writes "
+                    "(one that is gone for good: msgstore admin role --forget NAME)"
                 )
             self.gate.quorum = self._quorum_refusal
         if (self._housekeeping is None or self._housekeeping.done()) and _loop_running():
@@ -260,8 +281,9 @@ class Replica:
             self.apply_settings()
             self.tracker.refresh()
             alone = not self.tracker.live() and self.members.others()
-            if self.lease is None and (self.gate.learning or self.gate.deposed or self.gate.refusal() or alone):
-                if time.monotonic() - self._last_probe >= PROBE_EVERY_S:
+            if self.keeper is None and self.members.others():
+                every = PROBE_EVERY_S if (self.gate.learning or self.gate.deposed or self.gate.refusal() or alone) else PROBE_ALWAYS_S
+                if time.monotonic() - self._last_probe >= every:
                     self._last_probe = time.monotonic()
                     try:
                         await self._probe()
@@ -310,6 +332,83 @@ class Replica:
             )
             asyncio.ensure_future(self.follow(best.address, best.epoch))  # not awaited: it stops the follower that called
 
+    # ------------------------------------------------------------------ the arbiter's record (etcd)
+
+    def _on_record(self, record: Record | None) -> None:
+        """Every read of the record (about once a second): a member it names takes office at
+        its epoch (an election that was interrupted before), the others follow the member it
+        names, and a follower whose master went silent and lost its lease stands for election."""
+        if record is None or not record.holder or self.keeper is None or not self.keeper.arbiter.can_elect:
+            return
+        if self._electing is not None and not self._electing.done():
+            return
+        if record.holder == self.node:
+            if record.epoch > self.epoch:
+                log.warning("%s names %s master of %s at epoch %d: taking office", self.keeper.where, self.node, self.group, record.epoch)
+                self._electing = asyncio.ensure_future(self._quietly(self.promote(record.epoch, record.mode)))
+            return
+        if record.epoch < self.epoch:
+            return  # an older term than ours: never followed
+        self.group_epoch = max(self.group_epoch, record.epoch)
+        if record.address and (self.is_master or record.address != self.master_address):
+            log.warning(
+                "%s names %s (%s) master of %s at epoch %d: following it",
+                self.keeper.where,
+                record.holder,
+                record.address,
+                self.group,
+                record.epoch,
+            )
+            self._electing = asyncio.ensure_future(self._quietly(self.follow(record.address, record.epoch)))
+            return
+        silent = self._master_silent_for()
+        if self.failover_after is not None and silent is not None and silent >= self.failover_after:
+            self._electing = asyncio.ensure_future(self._stand(record))
+
+    def _master_silent_for(self) -> float | None:
+        """How long this follower has been without its master (None: it hears from it; a
+        master whose lease ran out while the arbiter was away is not replaced by members that
+        still hear from it)."""
+        f = self.follower
+        if f is None or f.connected:
+            return None
+        last = f.last_contact or f.started_at
+        return time.monotonic() - last
+
+    async def _quietly(self, change) -> None:
+        try:
+            await change
+        except RoleError as e:
+            log.warning("%s: %s", self.node, e)
+        except Exception:
+            log.exception("%s: following the arbiter's record failed", self.node)
+
+    async def _stand(self, record: Record) -> None:
+        """An automatic election: only once the master's lease has run out (a master that
+        still holds it is never replaced on a follower's say-so)."""
+        assert self.keeper is not None
+        try:
+            if await self.keeper.arbiter.holder_alive(record):
+                return
+            result = await Election(self, self.keeper.arbiter, reason=f"{record.holder} silent and its lease ran out").run(auto=True)
+            for note in result.notes:
+                log.info("election: %s", note)
+        except ElectionRefused as e:
+            log.info("%s does not stand for election: %s", self.node, e)
+        except Exception as e:
+            log.warning("%s: an election failed: %s: %s", self.node, type(e).__name__, e)
+
+    async def elect(self, *, unclean: bool = False, reason: str = "", catch_up_s: float = 10.0):
+        """``msgstore admin promote`` with an arbiter members elect through (etcd)."""
+        if self.keeper is None or not self.keeper.arbiter.can_elect:
+            raise RoleError(f"{self.node} has no arbiter it may elect through (on Kubernetes the operator elects)")
+        if self._electing is not None and not self._electing.done():
+            await asyncio.wait([self._electing])
+        self._electing = asyncio.ensure_future(
+            Election(self, self.keeper.arbiter, unclean=unclean, reason=reason, catch_up_s=catch_up_s).run()
+        )
+        return await self._electing
+
     async def _probe(self) -> None:
         others = self.members.others()
         if not others:
@@ -331,8 +430,8 @@ class Replica:
                 await self.follow(master, newest)
             return
         if self.gate.learning:
-            need = 1 if self.members.size == 2 else self.members.size // 2
-            if len(heard) >= need:
+            missing = sorted(set(others) - set(heard))
+            if not missing:
                 log.info("%s heard from %s: no newer epoch than %d; taking writes", self.node, ", ".join(sorted(heard)), self.epoch)
                 self.gate.learning = ""
 

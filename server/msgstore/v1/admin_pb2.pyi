@@ -7,6 +7,56 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ElectRequest(_message.Message):
+    __slots__ = ("unclean", "reason", "catch_up_s")
+    UNCLEAN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_S_FIELD_NUMBER: _ClassVar[int]
+    unclean: bool
+    reason: str
+    catch_up_s: float
+    def __init__(self, unclean: _Optional[bool] = ..., reason: _Optional[str] = ..., catch_up_s: _Optional[float] = ...) -> None: ...
+
+class ElectResponse(_message.Message):
+    __slots__ = ("status", "epoch", "old_master", "fenced", "notes", "already", "repointed")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OLD_MASTER_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    REPOINTED_FIELD_NUMBER: _ClassVar[int]
+    status: RoleStatus
+    epoch: int
+    old_master: str
+    fenced: bool
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    already: bool
+    repointed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, status: _Optional[_Union[RoleStatus, _Mapping]] = ..., epoch: _Optional[int] = ..., old_master: _Optional[str] = ..., fenced: _Optional[bool] = ..., notes: _Optional[_Iterable[str]] = ..., already: _Optional[bool] = ..., repointed: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ArbiterView(_message.Message):
+    __slots__ = ("where", "holder", "epoch", "in_sync", "address", "age_s", "valid_for_s", "error", "elects")
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    VALID_FOR_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ELECTS_FIELD_NUMBER: _ClassVar[int]
+    where: str
+    holder: str
+    epoch: int
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    address: str
+    age_s: float
+    valid_for_s: float
+    error: str
+    elects: bool
+    def __init__(self, where: _Optional[str] = ..., holder: _Optional[str] = ..., epoch: _Optional[int] = ..., in_sync: _Optional[_Iterable[str]] = ..., address: _Optional[str] = ..., age_s: _Optional[float] = ..., valid_for_s: _Optional[float] = ..., error: _Optional[str] = ..., elects: _Optional[bool] = ...) -> None: ...
+
 class FenceRequest(_message.Message):
     __slots__ = ("epoch", "reason")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -54,7 +104,7 @@ class FollowerStatus(_message.Message):
     def __init__(self, member: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., last_report_age_s: _Optional[float] = ..., address: _Optional[str] = ...) -> None: ...
 
 class RoleStatus(_message.Message):
-    __slots__ = ("node", "group", "role", "mode", "epoch", "end_offset", "master_address", "master_end", "lag_bytes", "lag_seconds", "connected", "followers", "epochs", "fenced", "group_epoch", "sync_state_set", "in_sync", "master_contact_age_s", "members", "confirm_offset", "address", "group_mode")
+    __slots__ = ("node", "group", "role", "mode", "epoch", "end_offset", "master_address", "master_end", "lag_bytes", "lag_seconds", "connected", "followers", "epochs", "fenced", "group_epoch", "sync_state_set", "in_sync", "master_contact_age_s", "members", "confirm_offset", "address", "group_mode", "arbiter")
     NODE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +127,7 @@ class RoleStatus(_message.Message):
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GROUP_MODE_FIELD_NUMBER: _ClassVar[int]
+    ARBITER_FIELD_NUMBER: _ClassVar[int]
     node: str
     group: str
     role: str
@@ -99,7 +150,8 @@ class RoleStatus(_message.Message):
     confirm_offset: int
     address: str
     group_mode: str
-    def __init__(self, node: _Optional[str] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., mode: _Optional[str] = ..., epoch: _Optional[int] = ..., end_offset: _Optional[int] = ..., master_address: _Optional[str] = ..., master_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[_ha_pb2.EpochEntry, _Mapping]]] = ..., fenced: _Optional[str] = ..., group_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., in_sync: _Optional[bool] = ..., master_contact_age_s: _Optional[float] = ..., members: _Optional[_Iterable[_Union[_ha_pb2.ReplicaMember, _Mapping]]] = ..., confirm_offset: _Optional[int] = ..., address: _Optional[str] = ..., group_mode: _Optional[str] = ...) -> None: ...
+    arbiter: ArbiterView
+    def __init__(self, node: _Optional[str] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., mode: _Optional[str] = ..., epoch: _Optional[int] = ..., end_offset: _Optional[int] = ..., master_address: _Optional[str] = ..., master_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[_ha_pb2.EpochEntry, _Mapping]]] = ..., fenced: _Optional[str] = ..., group_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., in_sync: _Optional[bool] = ..., master_contact_age_s: _Optional[float] = ..., members: _Optional[_Iterable[_Union[_ha_pb2.ReplicaMember, _Mapping]]] = ..., confirm_offset: _Optional[int] = ..., address: _Optional[str] = ..., group_mode: _Optional[str] = ..., arbiter: _Optional[_Union[ArbiterView, _Mapping]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

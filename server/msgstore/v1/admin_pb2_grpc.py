@@ -84,6 +84,11 @@ class AdminStub:
                 request_serializer=msgstore_dot_v1_dot_admin__pb2.FenceRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
                 _registered_method=True)
+        self.Elect = channel.unary_unary(
+                '/msgstore.v1.Admin/Elect',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.ElectRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.ElectResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -163,6 +168,19 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Elect(self, request, context):
+        """An election through the group's arbiter (etcd; §14.3): make this member its group's master
+        if the arbiter's record proves it safe: it is in the in-sync set the arbiter holds, the old
+        master is fenced (a switchover: this member then catches up to its end) or its lease has run
+        out, and no reachable member of the set holds more (ASYNC). The record is taken by
+        compare-and-swap. FAILED_PRECONDITION says why not (nothing changed); UNAVAILABLE when the
+        arbiter cannot be reached. Idempotent: asked again it finishes what an interrupted election
+        left. Without an arbiter, or on Kubernetes (the operator elects), FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -215,6 +233,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Fence,
                     request_deserializer=msgstore_dot_v1_dot_admin__pb2.FenceRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_admin__pb2.RoleStatus.SerializeToString,
+            ),
+            'Elect': grpc.unary_unary_rpc_method_handler(
+                    servicer.Elect,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.ElectRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.ElectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -487,6 +510,33 @@ class Admin:
             '/msgstore.v1.Admin/Fence',
             msgstore_dot_v1_dot_admin__pb2.FenceRequest.SerializeToString,
             msgstore_dot_v1_dot_admin__pb2.RoleStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Elect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/Elect',
+            msgstore_dot_v1_dot_admin__pb2.ElectRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.ElectResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -540,7 +540,7 @@ class GetRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., local_only: _Optional[bool] = ...) -> None: ...
 
 class NodeRoute(_message.Message):
-    __slots__ = ("name", "address", "ready", "queue_ids", "group", "role", "epoch", "lag_bytes", "read_enabled", "fenced", "master_address")
+    __slots__ = ("name", "address", "ready", "queue_ids", "group", "role", "epoch", "lag_bytes", "read_enabled", "fenced", "master_address", "stale_ms", "arbiter_master", "arbiter_epoch")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
@@ -552,6 +552,9 @@ class NodeRoute(_message.Message):
     READ_ENABLED_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STALE_MS_FIELD_NUMBER: _ClassVar[int]
+    ARBITER_MASTER_FIELD_NUMBER: _ClassVar[int]
+    ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     ready: bool
@@ -563,7 +566,10 @@ class NodeRoute(_message.Message):
     read_enabled: bool
     fenced: bool
     master_address: str
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., read_enabled: _Optional[bool] = ..., fenced: _Optional[bool] = ..., master_address: _Optional[str] = ...) -> None: ...
+    stale_ms: int
+    arbiter_master: str
+    arbiter_epoch: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., read_enabled: _Optional[bool] = ..., fenced: _Optional[bool] = ..., master_address: _Optional[str] = ..., stale_ms: _Optional[int] = ..., arbiter_master: _Optional[str] = ..., arbiter_epoch: _Optional[int] = ...) -> None: ...
 
 class GetRouteResponse(_message.Message):
     __slots__ = ("nodes",)

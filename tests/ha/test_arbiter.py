@@ -1,0 +1,207 @@
+"""One arbiter decides who is master off Kubernetes (issue 29): a real etcd, real members on
+loopback started as the README says (``--group``, ``--replica-of``, ``--arbiter``), producers
+recording every answer (tests/ha/ledger.py). The partitions (a zombie master reachable by its
+clients, a minority controller, asymmetric links) are in the nemesis campaign (test_nemesis.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+from msgstore.client import Client, OutMessage, StoreError
+from msgstore.v1 import admin_pb2 as apb
+from msgstore.v1 import admin_pb2_grpc as apbg
+from tests.api.test_cli import run
+from tests.ha.conftest import caught_up, connected, follows, role
+from tests.ha.ledger import Ledger, Producer, RecordWatch, acked_on
+from tests.support.servers import ROOT, wait_until
+
+SYNC = ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"]
+FAST = ["haKeepaliveTimeout=1500"]
+
+
+def promote(member, *flags: str, check: bool = True):
+    out = run("--json", "admin", "promote", "--server", member.address, *flags, check=check)
+    return json.loads(out.stdout) if out.returncode == 0 else out
+
+
+def stop(member) -> None:
+    os.kill(member.proc.pid, signal.SIGSTOP)
+
+
+def cont(member) -> None:
+    os.kill(member.proc.pid, signal.SIGCONT)
+
+
+def test_a_stale_in_sync_claim_is_refused_and_the_recorded_set_elects(groups, etcd):
+    """The issue's first case: follower m1 paused 8 s while m0 acknowledged SYNC puts with m2,
+    m0 SIGKILLed, m1 resumed. m1 still believes it is in the set; the arbiter's record says it
+    left: promoting m1 is refused, m2 is elected, and nothing acknowledged is lost."""
+    g = groups(3, master=SYNC + FAST, follower=FAST, peers=False, arbiter=etcd.url())
+    m0, m1, m2 = g.members
+    ledger = Ledger()
+    watch = RecordWatch(etcd, "g0", ledger)
+    watch.start()
+    client = Client([m.address for m in g.members], timeout=3, failover_timeout=30)
+    producer = Producer(client, "t", ledger, "p")
+    producer.start()
+    c = Client(m0.address, timeout=5)
+    try:
+        wait_until(lambda: len(ledger.acks) > 100, what="acknowledged sends")
+        stop(m1)
+        try:
+            wait_until(lambda: etcd.record("g0")["inSync"] == ["m0", "m2"], timeout=15, what="the record to hold the shrunk set")
+            mark = len(ledger.acks)
+            wait_until(lambda: len(ledger.acks) > mark + 200, what="SYNC acks with m2 alone")
+            m0.kill()
+        finally:
+            cont(m1)
+        assert "m0" in role(Client(m1.address), m1).sync_state_set  # m1's own view is stale: it never heard otherwise
+        refused = promote(m1, check=False)
+        text = refused.stderr.decode()
+        assert refused.returncode != 0 and "not in the in-sync set" in text and "m0, m2" in text, text
+        elected = time.monotonic()
+        done = promote(m2)
+        assert done["role"] == "MASTER" and etcd.record("g0")["holder"] == "m2"
+        wait_until(lambda: acked_on(ledger, m2.address, elected) > 20, timeout=30, what="acks on m2")
+        producer.halt()
+        r = Client(m2.address, timeout=10)
+        caught_up(r, m1, m2)
+        held = ledger.read(r, "t")
+        assert not ledger.lost(held), f"{len(ledger.lost(held))} acknowledged messages lost"
+        assert not ledger.acked_after_replaced()
+        r.close()
+    finally:
+        producer.halt()
+        watch.halt()
+        client.close()
+        c.close()
+
+
+def test_members_fail_over_by_themselves_and_lose_nothing_in_sync_mode(groups, etcd):
+    """``--failover-after``: the master killed, the best member of the recorded set elects
+    itself once its lease has run out; the old master restarted with its own command follows."""
+    g = groups(3, master=SYNC + FAST, follower=FAST, peers=False, arbiter=etcd.url(), failover_after="1")
+    m0, m1, m2 = g.members
+    ledger = Ledger()
+    watch = RecordWatch(etcd, "g0", ledger)
+    watch.start()
+    client = Client([m.address for m in g.members], timeout=3, failover_timeout=30)
+    producer = Producer(client, "t", ledger, "p")
+    producer.start()
+    try:
+        wait_until(lambda: len(ledger.acks) > 100, what="acknowledged sends")
+        killed = time.monotonic()
+        m0.kill()
+        wait_until(lambda: etcd.record("g0")["holder"] in ("m1", "m2"), timeout=20, what="an election")
+        new = m1 if etcd.record("g0")["holder"] == "m1" else m2
+        wait_until(lambda: acked_on(ledger, new.address, killed) > 0, timeout=30, what="acks on the new master")
+        m0.start()  # its own command: SYNC_MASTER, no --replica-of
+        c = Client(new.address, timeout=5)
+        wait_until(lambda: follows(c, m0, new), timeout=20, what="the old master to follow")
+        producer.halt()
+        caught_up(c, m0, new)
+        held = ledger.read(c, "t")
+        assert not ledger.lost(held) and not ledger.acked_after_replaced()
+        assert [r["holder"] for r in watch.seen] == ["m0", new.name]
+        c.close()
+    finally:
+        producer.halt()
+        watch.halt()
+        client.close()
+
+
+def test_with_the_arbiter_away_the_master_stops_and_nothing_is_elected(groups, etcd):
+    """Masters acknowledge only while their lease is valid; nothing is elected without the
+    arbiter; once it is back the master renews and goes on, at the same epoch."""
+    g = groups(3, master=FAST, follower=FAST, peers=False, arbiter=etcd.url(), failover_after="0")
+    m0, m1, _ = g.members
+    c = Client(m0.address, timeout=3, failover_timeout=1)
+    assert c.send("t", b"before").ok
+    etcd.pause()
+    try:
+        paused = time.monotonic()
+
+        def refused() -> bool:
+            try:
+                return not c.send("t", b"while away").ok
+            except StoreError as e:
+                return "renewal" in e.details
+
+        wait_until(refused, timeout=10, what="the master to stop acknowledging")
+        # a lease and more of nothing happening (there is no event for "nobody was elected"): a
+        # follower with --failover-after 0 would elect itself by then, if it could reach etcd
+        time.sleep(max(0.0, 4.0 - (time.monotonic() - paused)))
+        assert role(c, m1).role == "SLAVE" and role(c, m0).role == "MASTER"
+        assert "no fresh renewal" in role(c, m0).fenced
+    finally:
+        etcd.resume()
+    wait_until(lambda: not role(c, m0).fenced, timeout=15, what="the master to renew")
+    assert c.send("t", b"after").ok
+    assert role(c, m0).epoch == 1 and etcd.record("g0")["epoch"] == 1
+
+
+def test_a_switchover_the_candidate_cannot_catch_up_with_is_aborted(groups, etcd):
+    """The candidate falls far behind (paused while the master took 20 MB), then is asked to
+    take over with 10 ms to catch up: the master, already fenced, is given its office back at
+    the new epoch, the refusal says why, and writes go on there."""
+    g = groups(2, peers=False, arbiter=etcd.url())
+    m0, m1 = g.members
+    c = Client(m0.address, timeout=10, failover_timeout=5)
+    stop(m1)
+    try:
+        body = os.urandom(64 * 1024)
+        for _ in range(320):
+            assert all(r.ok for r in c.send_batch("t", [OutMessage(body)]))
+    finally:
+        cont(m1)
+    with grpc.insecure_channel(m1.address) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            apbg.AdminStub(ch).Elect(apb.ElectRequest(catch_up_s=0.01), timeout=30)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "switchover was aborted" in e.value.details() and "m0 is the master again at epoch 2" in e.value.details(), e.value.details()
+    record = etcd.record("g0")
+    assert record["holder"] == "m0" and record["epoch"] == 2
+    wait_until(lambda: c.send("t", b"after the abort").ok, timeout=15, what="writes on m0 again")
+    assert role(c, m0).role == "MASTER" and role(c, m0).epoch == 2
+    wait_until(lambda: follows(c, m1, m0), timeout=30, what="m1 to follow m0 again")
+
+
+def test_elections_refuse_what_they_cannot_prove(groups, etcd):
+    """A plain Promote cannot make a master where the arbiter decides; Elect needs an arbiter;
+    a bad --arbiter is refused naming the flag; the CLI says where the decision is taken."""
+    g = groups(2, peers=False, arbiter=etcd.url())
+    m0, m1 = g.members
+    with grpc.insecure_channel(m1.address) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            apbg.AdminStub(ch).Promote(apb.PromoteRequest(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "by an election" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        with grpc.insecure_channel(m1.address) as ch:
+            apbg.AdminStub(ch).Elect(apb.ElectRequest(catch_up_s=-1), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "catch_up_s" in e.value.details()
+    refused = promote(m1, "--epoch", "7", check=False)
+    assert refused.returncode != 0 and "--epoch" in refused.stderr.decode()
+    plain = groups(2, peers=False)
+    with grpc.insecure_channel(plain.members[1].address) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            apbg.AdminStub(ch).Elect(apb.ElectRequest(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "no arbiter" in e.value.details()
+    bad = subprocess.run(
+        [sys.executable, "-m", "msgstore.cli", "serve", "--arbiter", "http://x:1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server")),
+        timeout=30,
+    )
+    assert bad.returncode == 2 and "--arbiter" in bad.stderr and "etcd://" in bad.stderr
+    assert role(Client(m0.address), m0).arbiter.where.startswith("etcd://")
+    assert connected(Client(m1.address), m1)
