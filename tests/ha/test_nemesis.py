@@ -51,9 +51,12 @@ import subprocess
 import sys
 import time
 
+import grpc
 import pytest
 
 from msgstore.client import Client, StoreError
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.ha.conftest import identical_logs
 from tests.ha.ledger import Ledger, Producer, RecordWatch, acked_on
 from tests.support import netns
@@ -251,6 +254,11 @@ class Campaign:
             try:
                 new = self.elected(old)
                 self.acks_go_on(new, t0, "while the old master is cut off")
+                # its route answer says it has not heard from its group, rather than list old roles as current
+                with grpc.insecure_channel(old.address) as ch:
+                    answer = pbg.MessageStoreStub(ch).GetRoute(pb.GetRouteRequest(), timeout=5).nodes
+                peers = {n.name: n for n in answer if n.name != old.name}
+                assert peers and all(n.stale_ms > 0 and not n.ready for n in peers.values()), answer
             finally:
                 self.net.heal()
         elif fault == "stale_in_sync":
