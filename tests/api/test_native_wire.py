@@ -187,3 +187,28 @@ def test_record_decoding_matches_the_codec(items):
         pos += expected[-1].store_size
     assert got == expected
     assert all(type(m) is codec.StoredMessage for m in got)
+
+
+def test_the_broker_s_entries_are_recognised_by_their_properties_and_topics_never_by_their_bodies(plane):
+    """Issue 30: a delayed, timed or transactional entry, or one for a system topic, makes the
+    transcoder hand the request to the protobuf path (the broker's); a body that merely contains
+    those words (a JSON status "DELAYED", say) stays on the compiled path."""
+    from msgstore.api.scheduled import BROKER_HANDLED
+
+    _, store = plane
+
+    def transcode(*items: pb.SendEntry):
+        data = pb.SendRequest(entries=list(items)).SerializeToString()
+        return native.transcode_send(
+            data, store.config.maxMessageSize, STORE_HOST, 0, codec._crc32, BORN, v.InvalidArgument, v.MAX_BATCH, BROKER_HANDLED
+        )
+
+    words = b'{"status": "DELAYED", "TIMER_DELIVER_MS": 1, "TRAN_MSG": true, "topic": "SCHEDULE_TOPIC_XXXX", "rmq_sys_x": 0}'
+    plain = transcode(pb.SendEntry(topic="orders", body=words, properties={"note": "DELAY TRAN_MSG"}))
+    assert plain is not None and plain[4] == 1  # compiled: the words are in a body and a property's value
+    for props in ({"DELAY": "3"}, {"TIMER_DELIVER_MS": "1"}, {"TIMER_DELAY_SEC": "5"}, {"TIMER_DELAY_MS": "5"}, {"TRAN_MSG": "true"}):
+        entries = [pb.SendEntry(topic="orders", body=b"x"), pb.SendEntry(topic="orders", body=b"y", properties=props)]
+        assert transcode(*entries) is None, props  # one such entry sends the whole request to the broker's path
+    for topic in ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_anything"):
+        assert transcode(pb.SendEntry(topic=topic, body=b"x")) is None, topic
+    assert transcode(pb.SendEntry(topic="rmq_sys", body=b"x")) is not None  # a prefix alone is not one of them

@@ -1,9 +1,10 @@
 """Delayed delivery on the data plane: the send path hands a message that asks for a delay to
 the broker's scheduler (broker/scheduling.py), and ``Recall`` cancels a timer message.
 
-The compiled send path does not look at properties; a request that may ask for a delay (its
-bytes name a delay property or a system topic: a cheap search) takes the protobuf path, so
-that ordinary sends pay nothing for this.
+The compiled send path recognises, where it parses each entry's properties and topic, the
+entries that are the broker's (``BROKER_HANDLED``: a delay or timer property, a transaction's
+half, a system topic) and hands the request to the protobuf path; ordinary sends pay a few
+comparisons per property for this, and a body's content never changes the path.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import grpc
 
 from ..broker import DelayRefused, RecallHandle, Scheduler
 from ..broker.delivery import ensure_topic
-from ..broker.system_topics import PROP_UNIQ_KEY, is_system_topic
+from ..broker.scheduling import SCHEDULE_PROPERTIES
+from ..broker.system_topics import PROP_UNIQ_KEY, SYSTEM_TOPIC_PREFIXES, SYSTEM_TOPICS, is_system_topic
 from ..broker.timer import RecallFailed, TooLate
-from ..broker.transactions import HALF_TOPIC, PROP_PRODUCER_GROUP, is_half, to_half
+from ..broker.transactions import HALF_TOPIC, PROP_PRODUCER_GROUP, PROP_TRANSACTION_PREPARED, is_half, to_half
 from ..record import codec
 from ..store import PutStatus
 from ..v1 import msgstore_pb2 as pb
@@ -28,12 +30,15 @@ from . import validation as v
 if TYPE_CHECKING:
     from .server import StoreServer
 
-_MARKERS = (b"DELAY", b"TIMER_DEL", b"rmq_sys_", b"SCHEDULE_TOPIC", b"TRAN_MSG", b"RMQ_SYS_")
 TRANSACTION_PREFIX = "tx:"  # (in the handles map: a transaction id, not a recall handle)
 
-
-def may_schedule(raw: bytes | bytearray) -> bool:
-    return any(m in raw for m in _MARKERS)
+# (property names, topics, topic prefixes) that make an entry the broker's: Scheduler.wants,
+# is_half and is_system_topic, as the compiled transcoder matches them (wire/_native.pyx)
+BROKER_HANDLED: tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[bytes, ...]] = (
+    tuple(k.encode() for k in (*SCHEDULE_PROPERTIES, PROP_TRANSACTION_PREPARED)),
+    tuple(t.encode() for t in SYSTEM_TOPICS),
+    tuple(p.encode() for p in SYSTEM_TOPIC_PREFIXES),
+)
 
 
 def _check_destination(server: StoreServer, m: codec.Message, i: int) -> None:

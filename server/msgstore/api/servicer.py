@@ -23,7 +23,7 @@ from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response,
 from .group_service import GroupHandlers
 from .pop_service import PopHandlers
 from .route import DuplicateNodeName
-from .scheduled import TRANSACTION_PREFIX, RecallHandlers, may_schedule, schedule_entries
+from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, schedule_entries
 from .transaction_service import TransactionHandlers
 
 if TYPE_CHECKING:
@@ -183,14 +183,10 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         t0 = time.perf_counter()
         store = self.store
         born = codec.host_bytes_cached(born_host)
-        if isinstance(request, (bytes, bytearray)) and may_schedule(request):
-            try:
-                request = pb.SendRequest.FromString(bytes(request))
-            except DecodeError:
-                raise v.InvalidArgument("request", v.explain_decode_error(pb.SendRequest, bytes(request))) from None
         handles = None
+        transcoded = None
         if isinstance(request, (bytes, bytearray)):
-            groups, _wait, visible, request_id, n = wire.native.transcode_send(
+            transcoded = wire.native.transcode_send(
                 request,
                 store.config.maxMessageSize,
                 store.commitlog.store_host_bytes,
@@ -199,7 +195,15 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
                 born,
                 v.InvalidArgument,
                 v.MAX_BATCH,
+                BROKER_HANDLED,
             )
+            if transcoded is None:  # a delay, a transaction or a system topic: the broker's (protobuf path)
+                try:
+                    request = pb.SendRequest.FromString(bytes(request))
+                except DecodeError:
+                    raise v.InvalidArgument("request", v.explain_decode_error(pb.SendRequest, bytes(request))) from None
+        if transcoded is not None:
+            groups, _wait, visible, request_id, n = transcoded
         else:
             groups, n, handles = self._prepare_parsed(request, born)
             visible, request_id = request.wait_visible, request.request_id

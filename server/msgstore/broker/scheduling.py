@@ -37,6 +37,7 @@ from .system_topics import (
 
 _TIMER_PROPS = (PROP_TIMER_DELIVER_MS, PROP_TIMER_DELAY_SEC, PROP_TIMER_DELAY_MS)
 _ASKS = (PROP_DELAY, *_TIMER_PROPS, PROP_TIMER_DEL_UNIQKEY)
+SCHEDULE_PROPERTIES = _ASKS  # what makes a message the scheduler's (the send path's compiled check uses these)
 
 
 class DelayRefused(ValueError):

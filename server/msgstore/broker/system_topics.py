@@ -47,5 +47,8 @@ def is_store_topic(topic: str) -> bool:
     return is_system_topic(topic) or topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
 
+SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+
+
 def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_"))
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES)

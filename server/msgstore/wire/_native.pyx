@@ -206,12 +206,29 @@ cdef class _Growable:
         return <char*>self.data + (self.count - 1) * self.item
 
 
+cdef bint _named(const uint8_t* base, Span s, tuple words, bint prefix):
+    """The span is one of ``words`` (bytes), or starts with one when ``prefix``."""
+    cdef bytes w
+    cdef Py_ssize_t wl
+    for w in words:
+        wl = PyBytes_GET_SIZE(w)
+        if (s.len == wl or (prefix and s.len > wl)) and memcmp(base + s.off, PyBytes_AS_STRING(w), wl) == 0:
+            return True
+    return False
+
+
 def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host, long long now_ms, object crc_fn,
-                   bytes born_host, object invalid, Py_ssize_t max_entries):
+                   bytes born_host, object invalid, Py_ssize_t max_entries, tuple divert=None):
     """Validate a SendRequest and encode its entries as records, one prepared batch per
     (topic, queue). Returns (groups, wait_flush, wait_visible, request_id, entry_count) where
     groups are (topic, queue_id, Prepared, [entry indices]) and wait_flush is -1 when absent.
-    Raises ``invalid(field, reason)`` naming the field as ``entries[i].<name>``."""
+    Raises ``invalid(field, reason)`` naming the field as ``entries[i].<name>``.
+
+    ``divert`` = (property names, topics, topic prefixes), each a tuple of bytes: an entry
+    with such a property or topic (a delay, a transaction, a system topic) is the broker's
+    to handle, and the call returns None before encoding anything (the caller takes the
+    protobuf path). Names are matched where the properties are parsed: a body's content never
+    changes the path."""
     cdef const uint8_t* base = &data[0] if data.shape[0] else <const uint8_t*>b""
     cdef Py_ssize_t n = data.shape[0], pos = 0, epos, eend, i, j, k, count = 0
     cdef uint64_t key, v
@@ -346,6 +363,12 @@ def transcode_send(const uint8_t[::1] data, long long max_body, bytes store_host
             sp = (<Span*>keys.data)[e.keys_first + j]
             if not utf8_valid(base + sp.off, sp.len):
                 raise invalid(f"entries[{i}].keys[{j}]", "not valid UTF-8")
+        if divert is not None:
+            if _named(base, e.topic, divert[1], False) or _named(base, e.topic, divert[2], True):
+                return None
+            for k in range(e.props_count):
+                if _named(base, ((<Prop*>props.data) + e.props_first + k).k, divert[0], False):
+                    return None
         _check_entry(base, e, i, <Span*>keys.data, <Prop*>props.data, max_body, invalid)
         # group by (topic, queue id); most requests hold a single group
         if last_group >= 0 and e.queue_id == last_qid and e.topic.len == last_topic.len and \
