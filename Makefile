@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/k8s/bin/kube-apiserver*),)
 export MSGSTORE_K8S_ASSETS ?= $(abspath ../shared/k8s/bin)
 endif
 
-.PHONY: run run-ha test lint test-tools bench soak install proto deploy image clean
+.PHONY: run run-ha test lint test-tools bench bench-compare soak install proto deploy image clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ test-tools:
 
 bench: $(STAMP)
 	$(PY) -m tests.bench.run
+
+# this checkout's server against BASELINE's (a commit or tag; default the last tag), alternately, in one run
+bench-compare: $(STAMP)
+	BASELINE=$(BASELINE) $(PY) -m tests.bench.compare
 
 # the reliability campaigns at full size (200 kills, 60 power-loss copies, 400 fuzz cases each)
 soak: $(STAMP)

@@ -57,9 +57,14 @@ class ServerProcess:
         name_flag: bool = True,
         host: str = "127.0.0.1",
         prefix: list[str] | None = None,
+        python: str | None = None,
+        root: str | None = None,
     ):
         """``host``/``prefix``: the address to bind and what runs the command there (a
-        network namespace's ``ip netns exec NS``; tests/support/netns.py)."""
+        network namespace's ``ip netns exec NS``; tests/support/netns.py). ``python``/``root``:
+        another checkout's interpreter and tree (the benchmarks' baseline server)."""
+        self.python = python or sys.executable
+        self.root = root or ROOT
         self.data_dir = data_dir
         self.host = host
         self.prefix = list(prefix or [])
@@ -81,7 +86,7 @@ class ServerProcess:
 
     def command(self) -> list[str]:
         cmd = [
-            sys.executable,
+            self.python,
             "-m",
             "msgstore.cli",
             "serve",
@@ -104,9 +109,9 @@ class ServerProcess:
         return cmd + self.extra
 
     def start(self, wait: bool = True) -> ServerProcess:
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"), **self.env)
+        env = dict(os.environ, PYTHONPATH=os.path.join(self.root, "server"), **self.env)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.prefix + self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(self.prefix + self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root)
         log.close()
         if wait:
             self.wait_serving()
