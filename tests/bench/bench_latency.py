@@ -1,0 +1,351 @@
+"""Latency at a fixed offered load (issue 30): send-to-ack and produce-to-consume, p50/p99/p99.9,
+1 KiB messages offered at 5,000 and 50,000 msg/s for 10 s (``BENCH_SCALE`` shortens it), beside
+Redis Streams (XADD, XREAD BLOCK) and NATS JetStream (publish with ack, a push consumer) on the
+same machine in the same run, and RocketMQ's official Python producer against msgstore.
+
+The producer is open-loop: every millisecond it offers the messages due by then, each stamped
+with the time it *should* have been sent, and latencies are measured from that time, so a
+producer that falls behind shows it (no coordinated omission). Messages go out in one batch per
+tick where the client can batch (msgstore's AsyncClient.send_batch, a Redis pipeline, JetStream's
+async publishes), one call each where it cannot (the official producer's send_async, a window of
+64 in flight). The consumer runs in a process of its own and stamps each message on arrival
+(one machine, one clock). A system that cannot keep up with the offered rate is reported so,
+with what it reached. Results: results/latency.json and latency.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import struct
+import time
+
+from msgstore.client import AsyncClient, Client, OutMessage
+from tests.support.servers import ServerProcess
+
+from . import peers
+from .common import RESULTS, Measure
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+DURATION_S = max(2.0, 10.0 * SCALE)
+RATES = (5_000, 50_000)
+TICK_S = 0.001
+BODY = 1024
+STAMP = struct.Struct(">d")  # the intended send time, time.time()
+
+
+def body_at(t: float) -> bytes:
+    return STAMP.pack(t) + b"x" * (BODY - STAMP.size)
+
+
+def sent_at(body: bytes) -> float:
+    return STAMP.unpack_from(body, 0)[0]
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50/p99/p99.9 in ms (nearest rank)."""
+    if not values:
+        return {"p50": float("nan"), "p99": float("nan"), "p99.9": float("nan"), "n": 0}
+    v = sorted(values)
+
+    def at(q: float) -> float:
+        return v[min(len(v) - 1, int(q * len(v)))] * 1000
+
+    return {"p50": at(0.50), "p99": at(0.99), "p99.9": at(0.999), "n": len(v)}
+
+
+async def open_loop(rate: int, send_tick) -> tuple[list[float], float]:
+    """Offer ``rate`` msg/s for DURATION_S: ``send_tick(times)`` is awaited as a task per tick
+    (not before the next tick: open loop) and returns the ack times of its messages."""
+    start = time.time() + 0.2
+    total = int(rate * DURATION_S)
+    offered = 0
+    tasks: list[asyncio.Task] = []
+    latencies: list[float] = []
+    k = 0
+    while offered < total:
+        tick = start + k * TICK_S
+        delay = tick - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        due = min(total, int((tick - start + TICK_S) * rate)) - offered
+        if due > 0:
+            times = [start + (offered + i) / rate for i in range(due)]
+            offered += due
+            tasks.append(asyncio.ensure_future(_measured(send_tick, times, latencies)))
+        k += 1
+    await asyncio.gather(*tasks)
+    reached = total / max(1e-9, (time.time() - start))
+    return latencies, reached
+
+
+async def _measured(send_tick, times: list[float], out: list[float]) -> None:
+    acked = await send_tick(times)
+    out.extend(a - t for a, t in zip(acked, times))
+
+
+# ---------------------------------------------------------------------- consumers (own processes)
+
+
+def _msgstore_consumer(address: str, topic: str, total: int, q: mp.Queue) -> None:
+    """A subscription per queue (the server streams each queue's new messages as they come)."""
+    import threading
+
+    lat: list[float] = []
+    lock = threading.Lock()
+    with Client(address, timeout=30) as c:
+        queues = c.route(topic, refresh=True).queues
+        deadline = time.time() + DURATION_S + 30
+
+        def follow(x) -> None:
+            for res in c.subscribe(topic, x, 0):
+                now = time.time()
+                with lock:
+                    lat.extend(now - sent_at(bytes(m.body)) for m in res.messages if len(m.body) == BODY)
+                    if len(lat) >= total or time.time() > deadline:
+                        return
+
+        threads = [threading.Thread(target=follow, args=(x,), daemon=True) for x in queues]
+        for t in threads:
+            t.start()
+        while time.time() < deadline:
+            with lock:
+                if len(lat) >= total:
+                    break
+            time.sleep(0.1)
+        with lock:
+            q.put(list(lat))
+
+
+def _redis_consumer(port: int, key: str, total: int, q: mp.Queue) -> None:
+    import redis
+
+    r = redis.Redis(port=port)
+    lat: list[float] = []
+    last = "0-0"
+    deadline = time.time() + DURATION_S + 30
+    while len(lat) < total and time.time() < deadline:
+        got = r.xread({key: last}, count=1000, block=100)
+        now = time.time()
+        for _stream, entries in got or ():
+            for entry_id, fields in entries:
+                lat.append(now - sent_at(fields[b"b"]))
+                last = entry_id
+    q.put(lat)
+
+
+def _nats_consumer(port: int, subject: str, total: int, q: mp.Queue, ready) -> None:
+    import nats
+
+    async def main() -> list[float]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}")
+        js = nc.jetstream()
+        lat: list[float] = []
+        done = asyncio.Event()
+
+        async def on(msg) -> None:
+            lat.append(time.time() - sent_at(msg.data))
+            if len(lat) >= total:
+                done.set()
+
+        await js.subscribe(subject, cb=on, manual_ack=False, ordered_consumer=True)
+        ready.set()
+        try:
+            await asyncio.wait_for(done.wait(), DURATION_S + 30)
+        except TimeoutError:
+            pass
+        await nc.close()
+        return lat
+
+    q.put(asyncio.run(main()))
+
+
+def _with_consumer(target, args: tuple, producer) -> tuple[list[float], list[float], float]:
+    """Run the consumer process, then the producer coroutine; (send-to-ack, produce-to-consume, reached rate)."""
+    ctx = mp.get_context("spawn")
+    q: mp.Queue = ctx.Queue()
+    ready = ctx.Event()
+    proc = ctx.Process(target=target, args=(*args, q, ready) if target is _nats_consumer else (*args, q))
+    proc.start()
+    if target is _nats_consumer:
+        ready.wait(30)
+    acks, reached = asyncio.run(producer())
+    consumed = q.get(timeout=DURATION_S + 60)
+    proc.join(30)
+    return acks, consumed, reached
+
+
+# ---------------------------------------------------------------------- producers
+
+
+def msgstore_run(address: str, rate: int, topic: str) -> tuple[list[float], list[float], float]:
+    with Client(address, timeout=30) as c:
+        c.create_topic(topic, 8)
+
+    async def produce() -> tuple[list[float], float]:
+        async with AsyncClient(address, timeout=30) as c:
+            await c.send(topic, b"warm")  # (not counted: not a stamped body)
+            turn = 0
+
+            async def tick(times: list[float]) -> list[float]:
+                nonlocal turn
+                turn += 1
+                msgs = [OutMessage(body_at(t)) for t in times]
+                results = await c.send_batch(topic, msgs)
+                now = time.time()
+                assert all(r.ok for r in results)
+                return [now] * len(times)
+
+            return await open_loop(rate, tick)
+
+    total = int(rate * DURATION_S) + 1
+    return _with_consumer(_msgstore_consumer, (address, topic, total), produce)
+
+
+def official_run(address: str, rate: int, topic: str) -> tuple[list[float], list[float], float]:
+    """RocketMQ's official producer: one send_async per message, 64 in flight at most."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    with Client(address, timeout=30) as c:
+        c.create_topic(topic, 8)
+    producer = Producer(ClientConfiguration(address, Credentials()), (topic,))
+    producer.startup()
+
+    def message(t: float) -> Message:
+        m = Message()
+        m.topic = topic
+        m.body = body_at(t)
+        return m
+
+    async def produce() -> tuple[list[float], float]:
+        loop = asyncio.get_running_loop()
+        window = asyncio.Semaphore(64)
+
+        async def one(t: float) -> float:
+            async with window:
+                fut = producer.send_async(message(t))
+                await asyncio.wrap_future(fut, loop=loop)
+                return time.time()
+
+        async def tick(times: list[float]) -> list[float]:
+            return list(await asyncio.gather(*(one(t) for t in times)))
+
+        return await open_loop(rate, tick)
+
+    try:
+        total = int(rate * DURATION_S)
+        return _with_consumer(_msgstore_consumer, (address, topic, total), produce)
+    finally:
+        producer.shutdown()
+
+
+def redis_run(port: int, rate: int, key: str) -> tuple[list[float], list[float], float]:
+    import redis.asyncio as aredis
+
+    async def produce() -> tuple[list[float], float]:
+        r = aredis.Redis(port=port)
+
+        async def tick(times: list[float]) -> list[float]:
+            async with r.pipeline(transaction=False) as p:
+                for t in times:
+                    p.xadd(key, {"b": body_at(t)})
+                await p.execute()
+            now = time.time()
+            return [now] * len(times)
+
+        try:
+            return await open_loop(rate, tick)
+        finally:
+            await r.aclose()
+
+    total = int(rate * DURATION_S)
+    return _with_consumer(_redis_consumer, (port, key, total), produce)
+
+
+def nats_run(port: int, rate: int, subject: str) -> tuple[list[float], list[float], float]:
+    import nats
+
+    async def setup() -> None:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}")
+        await nc.jetstream().add_stream(name=subject.upper(), subjects=[subject])
+        await nc.close()
+
+    asyncio.run(setup())
+
+    async def produce() -> tuple[list[float], float]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}")
+        js = nc.jetstream()
+
+        async def tick(times: list[float]) -> list[float]:
+            acks = await asyncio.gather(*(js.publish(subject, body_at(t)) for t in times))
+            now = time.time()
+            assert all(a.seq for a in acks)
+            return [now] * len(times)
+
+        try:
+            return await open_loop(rate, tick)
+        finally:
+            await nc.close()
+
+    total = int(rate * DURATION_S)
+    return _with_consumer(_nats_consumer, (port, subject, total), produce)
+
+
+# ---------------------------------------------------------------------- the suite
+
+
+def run(workdir: str) -> list[Measure]:
+    peers.ensure_installed()
+    out: list[Measure] = []
+    rows: dict[str, dict] = {}
+    node = ServerProcess(os.path.join(workdir, "msgstore"), name="latency")
+    node.settings = []
+    node.start()
+    try:
+        with peers.redis_server(workdir) as rd, peers.nats_server(workdir) as ns:
+            for rate in RATES:
+                systems = {
+                    "msgstore (AsyncClient)": lambda r=rate: msgstore_run(node.address, r, f"lat-{r}"),
+                    "msgstore (official RocketMQ producer)": lambda r=rate: official_run(node.address, r, f"latrmq-{r}"),
+                    "Redis Streams": lambda r=rate: redis_run(rd.port, r, f"lat-{r}"),
+                    "NATS JetStream": lambda r=rate: nats_run(ns.port, r, f"lat{r}"),
+                }
+                for name, fn in systems.items():
+                    acks, consumed, reached = fn()
+                    a, p = percentiles(acks), percentiles(consumed)
+                    kept = reached >= rate * 0.95
+                    rows[f"{name} @ {rate}/s"] = {"send_to_ack": a, "produce_to_consume": p, "reached": reached, "kept_up": kept}
+                    note = "" if kept else f"could not keep up: reached {reached:,.0f}/s"
+                    for kind, pct in (("send-to-ack", a), ("produce-to-consume", p)):
+                        for q in ("p50", "p99", "p99.9"):
+                            out.append(Measure(f"latency {rate}/s {kind} {q}: {name}", "ms", [pct[q]], notes=note))
+                    print(f"  {name} @ {rate}/s: ack {a}, consume {p}, reached {reached:,.0f}/s", flush=True)
+    finally:
+        node.kill()
+    with open(os.path.join(RESULTS, "latency_detail.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    _plot(rows)
+    return out
+
+
+def _plot(rows: dict[str, dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.45 * len(names) + 2), sharey=True)
+    for ax, kind in zip(axes, ("send_to_ack", "produce_to_consume")):
+        y = range(len(names))
+        for i, (q, color) in enumerate((("p50", "#4c72b0"), ("p99", "#dd8452"), ("p99.9", "#c44e52"))):
+            ax.barh([k + i * 0.27 for k in y], [rows[n][kind][q] for n in names], height=0.27, color=color, label=q)
+        ax.set_xscale("log")
+        ax.set_title(kind.replace("_", " ") + " (ms, log scale)")
+        ax.set_yticks([k + 0.27 for k in y])
+        ax.set_yticklabels([n + ("" if rows[n]["kept_up"] else " (fell behind)") for n in names], fontsize=8)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(RESULTS, "latency.png"), dpi=110)
