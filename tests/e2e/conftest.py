@@ -134,7 +134,7 @@ class K8s:
         return "\n".join(out)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down after the last e2e test: the rest of the suite runs without a control plane
 def plane(tmp_path_factory):
     reason = _skip_reason()
     if reason:
@@ -151,7 +151,7 @@ def plane(tmp_path_factory):
     cp.down()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down after the last e2e test: the rest of the suite runs without a control plane
 def k8s(plane, tmp_path_factory):
     kubelet = Kubelet(plane, str(tmp_path_factory.mktemp("node")), {IMAGE}).start()
     cluster = K8s(plane, kubelet)

@@ -623,6 +623,99 @@ def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8
     k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")
 
 
+@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
+def test_a_master_cut_off_from_the_api_server_and_its_followers_is_replaced(k8s: K8s, release, mode):
+    """Issue 29 on the real control plane: the master pod's process cut off from the API server
+    and from its followers (cgroup + iptables: it keeps its open connections to nobody), while
+    the clients, the kubelet's probes and the operator still reach it: a zombie that stays Ready.
+    It cannot renew its Lease, so it stops acknowledging before the Lease expires; the operator
+    sees the Lease unrenewed for its duration, fences it and elects a follower; the producer moves
+    there. Nothing is acknowledged by the old master after the Lease's next holder took office;
+    SYNC loses nothing; ASYNC loses only what the old master acknowledged before. Healed, it
+    follows the new master and no place ever reads with two bodies."""
+    from tests.support.cutoff import unavailable as no_cutoff
+
+    assert no_cutoff() is None, no_cutoff()
+    ns = f"zombie-{mode.lower()}"
+    namespace(k8s, ns)
+    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}))
+    try:
+        _cut_off_master(k8s, ns, mode)
+    finally:  # (a failure must not leave a store running through the rest of the suite)
+        k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true", "--ignore-not-found", check=False)
+
+
+def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
+    from tests.support.cutoff import Cutoff
+
+    group_name = "ledger-g0"
+
+    def group() -> dict:
+        return ((k8s.store(ns, "ledger").get("status") or {}).get("replication") or {}).get("groups", {}).get(group_name, {})
+
+    def in_sync() -> bool:
+        g = group()
+        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
+        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
+
+    k8s.wait(lambda: k8s.ready(ns, "ledger") and in_sync(), 180, "ledger Ready with both followers in sync")
+    members = ["ledger-0", "ledger-1", "ledger-2"]
+    address = {p: k8s.address(ns, p) for p in members}
+    old = group()["master"]
+    followers = [p for p in members if p != old]
+    ledger = Ledger()
+    ledger.elected(address[old], at=0.0)
+    c = Client(",".join(address.values()), timeout=5, failover_timeout=60)
+    producer = LedgerProducer(c, "ledger", ledger, tag=mode.lower(), batch=4, limit=20_000, pause=0.01)
+    producer.start()
+    zombie, rest = Cutoff(f"msgstore-zombie-{mode.lower()}"), Cutoff(f"msgstore-zombie-peers-{mode.lower()}")
+    try:
+        k8s.wait(lambda: len(ledger.acks) >= 200, 60, "the producer acknowledged before the cut")
+        zombie.add(k8s.kubelet.runtime(ns, old).container.proc.pid)
+        for f in followers:
+            rest.add(k8s.kubelet.runtime(ns, f).container.proc.pid)
+        zombie.block("127.0.0.1", k8s.plane.api_port)  # the API server: no renewal of its Lease
+        for f in followers:
+            zombie.block(address[f].split(":")[0], 10911)
+        rest.block(address[old].split(":")[0], 10911)  # its followers' streams and probes
+        cut = time.monotonic()
+        new = k8s.wait(lambda: (lambda m: m if m not in (None, old) else None)(group().get("master")), 120, "a follower elected")
+        lease = _lease(k8s, ns, group_name)["spec"]
+        assert lease["holderIdentity"] == new, lease
+        took_office = _monotonic_of(lease["acquireTime"])
+        ledger.elected(address[new], at=took_office)
+        conditions = {x["type"]: x["status"] for x in k8s.pod(ns, old)["status"].get("conditions", [])}
+        assert conditions.get("Ready") == "True"  # a zombie: its node (the probes) still sees it healthy
+        k8s.wait(lambda: acked_on(ledger, address[new], cut) > 0, 60, "the new master acknowledging the producer")
+        failover = time.monotonic() - cut
+        read_through(ledger, address[new])
+        events = [e["message"] for e in k8s.events(ns, "Failover", "ledger")]
+        assert any("did not renew its Lease" in e for e in events), events
+    finally:
+        zombie.heal()
+        rest.heal()
+    try:
+        k8s.wait(lambda: in_sync() and group().get("master") == new, 120, "the old master back as an in-sync follower")
+        sent = producer.sent
+        k8s.wait(lambda: producer.sent > sent + 10, 60, "the producer sending after the heal")
+    finally:
+        producer.halt()
+    late = [a for a in ledger.acks if a.address == address[old] and a.received > took_office]
+    assert not late, f"{len(late)} acknowledged by the cut-off master after {new} took office, first {late[:3]}"
+    read_through(ledger, k8s.address(ns, new))
+    with Client(k8s.address(ns, new), timeout=10) as reader:
+        held = ledger.read(reader, "ledger")
+    lost = ledger.lost(held)
+    if mode == "SYNC":
+        assert not lost, f"{len(lost)} acknowledged messages lost, first {lost[:3]}"
+    else:
+        fenced = ledger.acked_by_fenced(lost)
+        assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}"
+    assert ledger.reads >= 3 and not ledger.two_bodies(), ledger.two_bodies()[:5]
+    print(f"{mode}: cut-off master replaced and acknowledging on {new} after {failover:.1f}s; {len(ledger.acks)} acks, {len(lost)} lost")
+    c.close()
+
+
 # ---------------------------------------------------------------------------------- fixes
 
 
@@ -736,89 +829,3 @@ def test_helm_uninstall_leaves_nothing_behind(k8s: K8s, release):
     k8s.wait(lambda: not k8s.pods(RELEASE_NS, "app.kubernetes.io/name=msgstore"), 60, "every pod gone")
     k8s.kubectl("delete", "namespace", RELEASE_NS, "--wait=true", "--timeout=90s")
     assert k8s.get(f"/api/v1/namespaces/{RELEASE_NS}") is None
-
-
-@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
-def test_a_master_cut_off_from_the_api_server_and_its_followers_is_replaced(k8s: K8s, release, mode):
-    """Issue 29 on the real control plane: the master pod's process cut off from the API server
-    and from its followers (cgroup + iptables: it keeps its open connections to nobody), while
-    the clients, the kubelet's probes and the operator still reach it: a zombie that stays Ready.
-    It cannot renew its Lease, so it stops acknowledging before the Lease expires; the operator
-    sees the Lease unrenewed for its duration, fences it and elects a follower; the producer moves
-    there. Nothing is acknowledged by the old master after the Lease's next holder took office;
-    SYNC loses nothing; ASYNC loses only what the old master acknowledged before. Healed, it
-    follows the new master and no place ever reads with two bodies."""
-    from tests.support.cutoff import Cutoff
-    from tests.support.cutoff import unavailable as no_cutoff
-
-    assert no_cutoff() is None, no_cutoff()
-    ns = f"zombie-{mode.lower()}"
-    group_name = "ledger-g0"
-    namespace(k8s, ns)
-    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}))
-
-    def group() -> dict:
-        return ((k8s.store(ns, "ledger").get("status") or {}).get("replication") or {}).get("groups", {}).get(group_name, {})
-
-    def in_sync() -> bool:
-        g = group()
-        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
-        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
-
-    k8s.wait(lambda: k8s.ready(ns, "ledger") and in_sync(), 180, "ledger Ready with both followers in sync")
-    members = ["ledger-0", "ledger-1", "ledger-2"]
-    address = {p: k8s.address(ns, p) for p in members}
-    old = group()["master"]
-    followers = [p for p in members if p != old]
-    ledger = Ledger()
-    ledger.elected(address[old], at=0.0)
-    c = Client(",".join(address.values()), timeout=5, failover_timeout=60)
-    producer = LedgerProducer(c, "ledger", ledger, tag=mode.lower(), batch=4, limit=20_000, pause=0.01)
-    producer.start()
-    zombie, rest = Cutoff(f"msgstore-zombie-{mode.lower()}"), Cutoff(f"msgstore-zombie-peers-{mode.lower()}")
-    try:
-        k8s.wait(lambda: len(ledger.acks) >= 200, 60, "the producer acknowledged before the cut")
-        zombie.add(k8s.kubelet.runtime(ns, old).container.proc.pid)
-        for f in followers:
-            rest.add(k8s.kubelet.runtime(ns, f).container.proc.pid)
-        zombie.block("127.0.0.1", k8s.plane.api_port)  # the API server: no renewal of its Lease
-        for f in followers:
-            zombie.block(address[f].split(":")[0], 10911)
-        rest.block(address[old].split(":")[0], 10911)  # its followers' streams and probes
-        cut = time.monotonic()
-        new = k8s.wait(lambda: (lambda m: m if m not in (None, old) else None)(group().get("master")), 120, "a follower elected")
-        lease = _lease(k8s, ns, group_name)["spec"]
-        assert lease["holderIdentity"] == new, lease
-        took_office = _monotonic_of(lease["acquireTime"])
-        ledger.elected(address[new], at=took_office)
-        conditions = {x["type"]: x["status"] for x in k8s.pod(ns, old)["status"].get("conditions", [])}
-        assert conditions.get("Ready") == "True"  # a zombie: its node (the probes) still sees it healthy
-        k8s.wait(lambda: acked_on(ledger, address[new], cut) > 0, 60, "the new master acknowledging the producer")
-        failover = time.monotonic() - cut
-        read_through(ledger, address[new])
-        events = [e["message"] for e in k8s.events(ns, "Failover", "ledger")]
-        assert any("did not renew its Lease" in e for e in events), events
-    finally:
-        zombie.heal()
-        rest.heal()
-    try:
-        k8s.wait(lambda: in_sync() and group().get("master") == new, 120, "the old master back as an in-sync follower")
-        sent = producer.sent
-        k8s.wait(lambda: producer.sent > sent + 10, 60, "the producer sending after the heal")
-    finally:
-        producer.halt()
-    late = [a for a in ledger.acks if a.address == address[old] and a.received > took_office]
-    assert not late, f"{len(late)} acknowledged by the cut-off master after {new} took office, first {late[:3]}"
-    read_through(ledger, k8s.address(ns, new))
-    with Client(k8s.address(ns, new), timeout=10) as reader:
-        held = ledger.read(reader, "ledger")
-    lost = ledger.lost(held)
-    if mode == "SYNC":
-        assert not lost, f"{len(lost)} acknowledged messages lost, first {lost[:3]}"
-    else:
-        fenced = ledger.acked_by_fenced(lost)
-        assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}"
-    assert ledger.reads >= 3 and not ledger.two_bodies(), ledger.two_bodies()[:5]
-    print(f"{mode}: cut-off master replaced and acknowledging on {new} after {failover:.1f}s; {len(ledger.acks)} acks, {len(lost)} lost")
-    c.close()
-    k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,6 +173,8 @@ def test_a_switchover_the_candidate_cannot_catch_up_with_is_aborted(groups, etcd
     wait_until(lambda: c.send("t", b"after the abort").ok, timeout=15, what="writes on m0 again")
     assert role(c, m0).role == "MASTER" and role(c, m0).epoch == 2
     wait_until(lambda: follows(c, m1, m0), timeout=30, what="m1 to follow m0 again")
+    # the master given its office back names its followers in sync again (else nobody could be elected)
+    wait_until(lambda: etcd.record("g0")["inSync"] == ["m0", "m1"], timeout=30, what="the record's in-sync set to hold m1 again")
 
 
 def test_elections_refuse_what_they_cannot_prove(groups, etcd):
@@ -205,3 +208,52 @@ def test_elections_refuse_what_they_cannot_prove(groups, etcd):
     assert bad.returncode == 2 and "--arbiter" in bad.stderr and "etcd://" in bad.stderr
     assert role(Client(m0.address), m0).arbiter.where.startswith("etcd://")
     assert connected(Client(m1.address), m1)
+
+
+def test_a_member_named_master_with_a_replaced_disk_does_not_take_office(groups, etcd):
+    """The record names m1 (after a switchover); m1 comes back on an empty disk. Taking office
+    would serve less than the group acknowledged and make the others cut what they hold: it
+    says so instead, and a member of the recorded in-sync set is elected once m1's lease has
+    run out; the data is all there."""
+    g = groups(3, master=SYNC + FAST, follower=FAST, peers=False, arbiter=etcd.url(), failover_after="1")
+    m0, m1, m2 = g.members
+    c = Client([m.address for m in g.members], timeout=5, failover_timeout=30)
+    sent = [b"m-%d" % i for i in range(50)]
+    for body in sent:
+        assert c.send("t", body).ok
+    promote(m1)  # a switchover: the record names m1 now
+    wait_until(lambda: sorted(etcd.record("g0")["inSync"]) == ["m0", "m1", "m2"], timeout=30, what="both followers in m1's set")
+    assert c.send("t", b"on m1").ok
+    m1.kill()
+    shutil.rmtree(m1.data_dir)
+    m1.start(wait=False)
+    wait_until(lambda: "not taking office" in m1.log(), timeout=30, what="m1 to refuse office with an empty log")
+    wait_until(lambda: etcd.record("g0")["holder"] in ("m0", "m2"), timeout=30, what="another member elected")
+    new = m0 if etcd.record("g0")["holder"] == "m0" else m2
+    assert c.send("t", b"after").ok
+    with Client(new.address, timeout=10) as r:
+        q = r.route("t", refresh=True).queues
+        got = [bytes(m.body) for x in q for m in r.pull("t", x, 0, max_messages=500).messages]
+    assert set(sent) | {b"on m1", b"after"} <= set(got)
+    wait_until(lambda: follows(Client(m1.address), m1, new), timeout=60, what="m1 to follow the new master and copy its log")
+    c.close()
+
+
+def test_a_lease_is_alive_until_etcd_says_it_is_gone(etcd):
+    """holder_alive reads etcd's TTL: a lease just taken is alive, a revoked one is gone (-1)."""
+    import asyncio
+
+    from msgstore.ha.arbiter import Record
+    from msgstore.ha.etcd import from_url
+
+    async def main() -> tuple[bool, bool]:
+        arb = from_url(etcd.url("/leasetest"), "g", 3)
+        mine = Record(holder="a", epoch=1, in_sync=("a",), address="x:1")
+        written = await arb.renew(None, mine)  # the group's first master: creates the record with its lease
+        alive = await arb.holder_alive(written)
+        await arb.resign(written)
+        gone = await arb.holder_alive(written)
+        await arb.close()
+        return alive, gone
+
+    assert asyncio.run(main()) == (True, False)

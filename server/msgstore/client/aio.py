@@ -104,34 +104,38 @@ class AsyncClient(AsyncPopCalls):
         await self.close()
 
     async def route(self, topic: str = "", refresh: bool = False) -> Route:
-        """As :meth:`Client.route`: more members are asked while an answer cannot vouch for a
-        group's master."""
+        """As :meth:`Client.route`: the other members are asked at once while an answer cannot
+        vouch for a group's master."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
         answers: list[list[pb.NodeRoute]] = []
         asked: set[str] = set()
-        while True:
-            todo = [
-                a for a in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()), answers)) if a not in asked
-            ]
-            if not todo:
-                break
-            address = todo[0]
-            asked.add(address)
+
+        async def ask(address: str, timeout: float) -> list[pb.NodeRoute] | StoreError:
             try:
-                timeout = min(self.timeout, 5.0) if not answers else PROBE_TIMEOUT_S * 2
                 resp = await self._call(address, "GetRoute", pb.GetRouteRequest(topic=topic), timeout=timeout)
             except StoreError as e:
-                last = e
                 if e.code in RETRYABLE:
                     self._suspects.mark(address)
-                continue
+                return e
             self._suspects.clear(address)
-            answers.append(list(resp.nodes))
-            if confirmed(merge_answers(answers)):
-                break
+            return list(resp.nodes)
+
+        for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
+            asked.add(address)
+            got = await ask(address, min(self.timeout, 5.0))
+            if isinstance(got, StoreError):
+                last = got
+                continue
+            answers.append(got)
+            break
+        if answers and not confirmed(merge_answers(answers)):
+            others = [a for a in known_addresses(self.endpoints, list(self._routes.values()), answers) if a not in asked]
+            for got in await asyncio.gather(*(ask(a, PROBE_TIMEOUT_S * 2) for a in others)):
+                if not isinstance(got, StoreError):
+                    answers.append(got)
         if not answers:
             raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
         route = Route(topic, nodes_of(merge_answers(answers)))
@@ -208,8 +212,12 @@ class AsyncClient(AsyncPopCalls):
                 continue
             if any(r.status in REROUTE for r in results) and time.monotonic() < deadline:
                 if any(r.status in REFUSED for r in results) and replicated(route, target):
-                    self._suspects.mark(target.address)  # a master that may not acknowledge: wait for one that does
-                    moved = await self._await_new_master(topic, target, deadline)
+                    found = on_master(await self.route(topic, refresh=True), target)
+                    if found is None:  # fenced, without lease or quorum: wait for the group's master
+                        self._suspects.mark(target.address)
+                        moved = await self._await_new_master(topic, target, deadline)
+                    else:  # its own refusal (a full disk): answered as it is
+                        moved = found if found.address != target.address else None
                 else:
                     moved = on_master(await self.route(topic, refresh=True), target)
                     moved = moved if moved is not None and moved.address != target.address else None

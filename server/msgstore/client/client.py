@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import threading
 import time
@@ -300,38 +301,43 @@ class Client(PopCalls):
     # ------------------------------------------------------------------ routing
 
     def route(self, topic: str = "", refresh: bool = False) -> Route:
-        """The topic's route: one member's answer, or, while that answer cannot vouch for a
-        group's master (it lists a member it could not reach, or no master takes writes), the
-        freshest entry of each member from every member that answers."""
+        """The topic's route: one member's answer; while that answer cannot vouch for a group's
+        master (it lists a member it could not reach, or no master takes writes), every other
+        member known is asked too, at once, and each member's freshest entry kept."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < ROUTE_TTL_S:
             return cached
         last: Exception | None = None
         answers: list[list[pb.NodeRoute]] = []
         asked: set[str] = set()
-        while True:
-            todo = [
-                a for a in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()), answers)) if a not in asked
-            ]
-            if not todo:
-                break
-            address = todo[0]
-            asked.add(address)
+
+        def ask(address: str, timeout: float) -> list[pb.NodeRoute] | StoreError:
             try:
                 resp = self.stub(address).GetRoute(
-                    pb.GetRouteRequest(topic=topic),
-                    timeout=min(self.timeout, 5.0) if not answers else PROBE_TIMEOUT_S * 2,
-                    metadata=self.security.data_metadata() or None,
+                    pb.GetRouteRequest(topic=topic), timeout=timeout, metadata=self.security.data_metadata() or None
                 )
             except grpc.RpcError as e:
-                last = _error(e, address)
                 if e.code() in RETRYABLE:
                     self._suspects.mark(address)
-                continue
+                return _error(e, address)
             self._suspects.clear(address)
-            answers.append(list(resp.nodes))
-            if confirmed(merge_answers(answers)):
-                break
+            return list(resp.nodes)
+
+        for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
+            asked.add(address)
+            got = ask(address, min(self.timeout, 5.0))
+            if isinstance(got, StoreError):
+                last = got
+                continue
+            answers.append(got)
+            break
+        if answers and not confirmed(merge_answers(answers)):
+            others = [a for a in known_addresses(self.endpoints, list(self._routes.values()), answers) if a not in asked]
+            if others:
+                with concurrent.futures.ThreadPoolExecutor(min(8, len(others))) as pool:
+                    for got in pool.map(lambda a: ask(a, PROBE_TIMEOUT_S * 2), others):
+                        if not isinstance(got, StoreError):
+                            answers.append(got)
         if not answers:
             raise last or StoreError(grpc.StatusCode.UNAVAILABLE, "no endpoint answered")
         route = Route(topic, nodes_of(merge_answers(answers)))
@@ -489,10 +495,15 @@ class Client(PopCalls):
                 # replaced; the group's new master takes the send (what the old one stored is
                 # cut when it rejoins)
                 if any(r.status in REFUSED for r in results) and replicated(route, target):
-                    # a master that may not acknowledge (fenced, no lease or quorum): suspect it,
-                    # and wait for the group's master to take writes, this one or another
-                    self._suspects.mark(target.address)
-                    moved = self._await_new_master(topic, target, deadline)
+                    # a master that may not acknowledge (fenced, no lease or quorum: the route
+                    # then shows it fenced) is suspected and the group's master waited for; a
+                    # refusal of the master's own (a full disk) is answered as it is
+                    found = on_master(self.route(topic, refresh=True), target)
+                    if found is None:
+                        self._suspects.mark(target.address)
+                        moved = self._await_new_master(topic, target, deadline)
+                    else:
+                        moved = found if found.address != target.address else None
                 else:
                     moved = on_master(self.route(topic, refresh=True), target)
                     moved = moved if moved is not None and moved.address != target.address else None

@@ -156,10 +156,13 @@ class ArbiterKeeper:
         self.wanted = [self.identity, *members]
         self._wake.set()
 
-    def taken_office(self) -> None:
-        """A new term: nothing is acknowledged until the record is renewed at the new epoch."""
+    def taken_office(self, in_sync: list[str] | None = None) -> None:
+        """A new term: nothing is acknowledged until the record is renewed at the new epoch.
+        ``in_sync``: the followers in sync now (a master given its office back keeps them; the
+        tracker publishes only changes, so they must be named here or the record would hold
+        the master alone until one left)."""
         self.valid_until = 0.0
-        self.wanted = [self.identity]
+        self.wanted = [self.identity, *(in_sync or [])]
         self.published = []
         self._wake.set()
 

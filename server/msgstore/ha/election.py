@@ -38,6 +38,10 @@ CALL_TIMEOUT_S = 1.0
 CATCH_UP_S = 10.0
 
 
+def where_of(arbiter: Arbiter) -> str:
+    return arbiter.where
+
+
 class ElectionRefused(Exception):
     """Electing this member could lose acknowledged messages, or cannot be proved safe; the
     message says why and what to do. Nothing was changed (or what was, was undone)."""
@@ -150,27 +154,29 @@ class Election:
             else:
                 result.notes.append(f"{holder}'s lease in {self.arbiter.where} has run out: it acknowledges nothing")
         mode = (record.mode if record is not None else "") or r.group_mode or r.mode
-        if fenced_end is not None:
-            await self._catch_up(record, fenced_end, epoch, result)
-        else:
-            await self._check_rank(record, in_sync, mode, auto, result)
-        mine = r.store.commitlog.max_offset
-        new = Record(
-            holder=me,
-            epoch=epoch,
-            in_sync=(me,),
-            address=r.address,
-            end_offset=mine,
-            mode=mode,
-            elected_by=f"{me}: {self.reason}",
-            elected_at=int(time.time() * 1000),
-        )
         try:
-            await self.arbiter.take(record, new)
-        except Conflict:
-            raise ElectionRefused(
-                f"{self.arbiter.where} changed while {me} was being elected (another election?): nothing was done"
-            ) from None
+            if fenced_end is not None:
+                await self._catch_up(fenced_end, result)
+            else:
+                await self._check_rank(record, in_sync, mode, auto, result)
+            mine = r.store.commitlog.max_offset
+            new = Record(
+                holder=me,
+                epoch=epoch,
+                in_sync=(me,),
+                address=r.address,
+                end_offset=mine,
+                mode=mode,
+                elected_by=f"{me}: {self.reason}",
+                elected_at=int(time.time() * 1000),
+            )
+            await self._take(record, new, fenced=result.fenced)
+        except BaseException as e:  # (a cancelled Elect call too): a fenced master must not stay fenced for nothing
+            if result.fenced and record is not None:
+                restored = await asyncio.shield(self._give_back(record, epoch))
+                if isinstance(e, ElectionRefused):
+                    raise ElectionRefused(f"{e}. The switchover was aborted: {restored}") from None
+            raise
         if self.unclean and record is not None and me not in in_sync:
             result.notes.append(
                 f"unclean: {me} was not in the in-sync set ({', '.join(in_sync) or 'empty'}); {record.holder}'s log reached "
@@ -208,6 +214,8 @@ class Election:
         roles = await self._roles(others)
         mine = rank_of_self(r)
         better = [(n, x) for n, x in roles.items() if x is not None and rank(x) > mine]
+        if auto:  # one that cannot reach the arbiter cannot stand: not waited for
+            better = [(n, x) for n, x in better if x.HasField("arbiter") and 0 <= x.arbiter.age_s < 3]
         if not better:
             return
         n, x = max(better, key=lambda nx: rank(nx[1]))
@@ -223,9 +231,9 @@ class Election:
             )
         result.notes.append(f"unclean: {n} holds {x.end_offset - mine[1]} bytes more, which are lost")
 
-    async def _catch_up(self, record: Record | None, end: int, epoch: int, result: Result) -> None:
-        """Until this member holds all the fenced master has; otherwise give the master its
-        office back (at the new epoch) and refuse, saying why."""
+    async def _catch_up(self, end: int, result: Result) -> None:
+        """Until this member holds all the fenced master has; otherwise refuse, saying why (the
+        caller gives the master its office back)."""
         r = self.replica
         deadline = time.monotonic() + self.catch_up_s
         while r.store.commitlog.max_offset < end and time.monotonic() < deadline:
@@ -237,27 +245,57 @@ class Election:
         if self.unclean:
             result.notes.append(f"unclean: {end - held} bytes the fenced master held are not on {r.node}")
             return
-        why = (
-            f"{r.node} holds {end - held} bytes less than the fenced master after {self.catch_up_s:.0f} s (it ends at {held}, the "
-            f"master at {end})"
-        )
-        assert record is not None
-        back = replace(
-            record,
-            epoch=epoch,
-            lease=0,
-            elected_by=f"{r.node}: switchover aborted, {record.holder} keeps its office",
-            elected_at=int(time.time() * 1000),
-        )
-        try:
-            await self.arbiter.take(record, back)
-        except (Conflict, ArbiterError) as e:
-            raise ElectionRefused(f"{why}; giving mastership back failed ({e}): elect a member again") from None
-        restored = await self._promote_other(record.address, epoch)
         raise ElectionRefused(
-            f"{why}: the switchover was aborted, {record.holder} "
+            f"{r.node} holds {end - held} bytes less than the fenced master after {self.catch_up_s:.0f} s (it ends at {held}, the "
+            f"master at {end}); bring it in touch with the master and retry, or pass --unclean"
+        )
+
+    async def _take(self, seen: Record | None, new: Record, fenced: bool) -> None:
+        """The record by compare-and-swap; read again on a conflict: written already (a retried
+        request that had committed), or moved only by the old holder's own write while it could
+        not acknowledge (fenced, or its lease still gone), then once more; otherwise refused."""
+        where = self.arbiter.where
+        for _ in range(3):
+            try:
+                await self.arbiter.take(seen, new)
+                return
+            except Conflict:
+                now = await self.arbiter.read()
+            if now is not None and now.holder == new.holder and now.epoch == new.epoch:
+                return
+            if now is None or seen is None or (now.holder, now.epoch) != (seen.holder, seen.epoch):
+                named = f"{now.holder} at epoch {now.epoch}" if now is not None else "nothing"
+                raise ElectionRefused(f"{where} changed while {new.holder} was being elected (it names {named} now): another election?")
+            if not fenced and await self.arbiter.holder_alive(now):
+                raise ElectionRefused(f"{now.holder} renewed its lease in {where} meanwhile: it may be acknowledging; nothing was done")
+            seen = now
+        raise ElectionRefused(f"{where} kept changing while {new.holder} was being elected")
+
+    async def _give_back(self, record: Record, epoch: int) -> str:
+        """The fenced master's office back, at the epoch being elected (named in the record
+        first, then promoted); what happened, in words."""
+        r = self.replica
+        try:
+            now = await self.arbiter.read()
+            if now is None or (now.holder, now.epoch) != (record.holder, record.epoch):
+                named = f"{now.holder} at epoch {now.epoch}" if now is not None else "nothing"
+                return f"{where_of(self.arbiter)} names {named} now, so {record.holder} stays fenced"
+            back = replace(
+                now,
+                epoch=epoch,
+                lease=0,
+                elected_by=f"{r.node}: switchover aborted, {record.holder} keeps its office",
+                elected_at=int(time.time() * 1000),
+            )
+            await self.arbiter.take(now, back)
+        except (Conflict, ArbiterError) as e:
+            return f"giving {record.holder} its office back failed ({e}): elect a member again"
+        restored = await self._promote_other(record.address, epoch)
+        log.warning("%s: switchover aborted; %s is the master again at epoch %d", r.node, record.holder, epoch)
+        return (
+            f"{record.holder} "
             + ("is the master again" if restored else "is named master again and takes office when it hears it")
-            + f" at epoch {epoch}. Bring {r.node} in touch with it and retry, or pass --unclean"
+            + (f" at epoch {epoch}")
         )
 
     async def _repoint(self, epoch: int, result: Result) -> None:

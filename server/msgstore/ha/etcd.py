@@ -192,10 +192,12 @@ class EtcdArbiter(Arbiter):
             return await self._write(seen, replace(mine, lease=self._lease), "naming the new lease")
 
     async def holder_alive(self, record: Record) -> bool:
+        """Dead only when etcd says the lease is gone (TTL -1): its TTL counts whole seconds
+        rounded down, so 0 is a lease in its last second, which a keep-alive can still renew."""
         if not record.lease:
             return False
         info = await self._call("asking for the holder's lease", lambda c: c.get_lease_info(record.lease, keys=False))
-        return int(info.TTL) > 0
+        return int(info.TTL) >= 0
 
     async def take(self, seen: Record | None, new: Record) -> Record:
         return await self._write(seen, replace(new, lease=0), f"electing {new.holder} at epoch {new.epoch}")

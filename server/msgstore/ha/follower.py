@@ -43,6 +43,7 @@ class Follower:
         self.caught_up_at = time.monotonic()
         self.last_contact = 0.0  # monotonic time of the last chunk (0: none yet)
         self.started_at = time.monotonic()
+        self.master_fenced_since = 0.0  # monotonic time the master said it was fenced (0: it is not)
         self.in_sync = False  # in the master's in-sync set, as the master last said
         self.sync_state_set: list[str] = []
         self.master_epochs: list[Epoch] = []
@@ -122,6 +123,10 @@ class Follower:
             r.group_mode = chunk.mode
         self.sync_state_set = list(chunk.sync_state_set)
         self.in_sync = r.node in self.sync_state_set
+        if not chunk.fenced:
+            self.master_fenced_since = 0.0
+        elif not self.master_fenced_since:
+            self.master_fenced_since = time.monotonic()
         if chunk.members:
             r.members.replace({m.name: m.address for m in chunk.members})
 

@@ -77,6 +77,7 @@ def with_state(chunk: hpb.MasterChunk, replica) -> hpb.MasterChunk:
     """What followers are told besides bytes: mode, in-sync set, members (§14.2)."""
     chunk.state = True
     chunk.mode = replica.mode
+    chunk.fenced = replica.gate.deposed
     chunk.sync_state_set.extend([replica.node, *replica.tracker.sync_state_set()])
     chunk.members.extend(hpb.ReplicaMember(name=n, address=a) for n, a in sorted(replica.members.snapshot().items()))
     return chunk

@@ -223,7 +223,7 @@ class Replica:
         self.store.dispatcher.limit = self._dispatch_limit
         if self.keeper is not None:  # its first renewal reads the record: nothing is taken before
             self.gate.lease = self.keeper.refusal
-            self.keeper.taken_office()
+            self.keeper.taken_office(self.tracker.sync_state_set())
         else:
             others = self.members.others()
             if started and others:
@@ -245,6 +245,7 @@ class Replica:
             return
         self.gate.deposed = reason
         self.tracker.fail_waiters()
+        self._state_changed()  # its followers are told (they count it as its silence)
         log.warning("%s stops acknowledging writes: %s", self.node, reason)
 
     def fence(self, epoch: int, reason: str = "") -> None:
@@ -344,6 +345,19 @@ class Replica:
             return
         if record.holder == self.node:
             if record.epoch > self.epoch:
+                end = self.store.commitlog.max_offset
+                if end < record.end_offset:
+                    # a replaced or emptied disk: taking office would serve (and make followers cut
+                    # to) less than the group acknowledged; the members of the recorded in-sync set
+                    # stand instead once this member's lease has run out
+                    why = (
+                        f"{self.keeper.where} names {self.node} master at epoch {record.epoch} with its log at "
+                        f"{record.end_offset}, but this member's log ends at {end} (a replaced disk?): not taking office"
+                    )
+                    if self.keeper.last_error != why:
+                        log.error("%s", why)
+                    self.keeper.last_error = why
+                    return
                 log.warning("%s names %s master of %s at epoch %d: taking office", self.keeper.where, self.node, self.group, record.epoch)
                 self._electing = asyncio.ensure_future(self._quietly(self.promote(record.epoch, record.mode)))
             return
@@ -370,8 +384,10 @@ class Replica:
         master whose lease ran out while the arbiter was away is not replaced by members that
         still hear from it)."""
         f = self.follower
-        if f is None or f.connected:
+        if f is None:
             return None
+        if f.connected:  # a master that says it is fenced is as good as silent
+            return time.monotonic() - f.master_fenced_since if f.master_fenced_since else None
         last = f.last_contact or f.started_at
         return time.monotonic() - last
 

@@ -43,7 +43,7 @@ class ReplicaMember(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class MasterChunk(_message.Message):
-    __slots__ = ("offset", "data", "master_end", "epochs", "truncate_to", "start_offset", "sent_us", "confirm_offset", "state", "mode", "sync_state_set", "members")
+    __slots__ = ("offset", "data", "master_end", "epochs", "truncate_to", "start_offset", "sent_us", "confirm_offset", "state", "mode", "sync_state_set", "members", "fenced")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MASTER_END_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class MasterChunk(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     master_end: int
@@ -68,7 +69,8 @@ class MasterChunk(_message.Message):
     mode: str
     sync_state_set: _containers.RepeatedScalarFieldContainer[str]
     members: _containers.RepeatedCompositeFieldContainer[ReplicaMember]
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., truncate_to: _Optional[int] = ..., start_offset: _Optional[int] = ..., sent_us: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., state: _Optional[bool] = ..., mode: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., members: _Optional[_Iterable[_Union[ReplicaMember, _Mapping]]] = ...) -> None: ...
+    fenced: str
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., master_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., truncate_to: _Optional[int] = ..., start_offset: _Optional[int] = ..., sent_us: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., state: _Optional[bool] = ..., mode: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[str]] = ..., members: _Optional[_Iterable[_Union[ReplicaMember, _Mapping]]] = ..., fenced: _Optional[str] = ...) -> None: ...
 
 class GetMetadataRequest(_message.Message):
     __slots__ = ()
