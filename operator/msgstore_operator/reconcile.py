@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgstore.client import StoreError
-from msgstore.ha.lease import ADDRESS, EPOCH, IN_SYNC, micro_time
+from msgstore.ha.lease import ADDRESS, END_OFFSET, EPOCH, IN_SYNC, micro_time
 from msgstore.store.config import HOT_KEYS, StoreConfig
 from msgstore.wire import config_text
 
@@ -282,6 +282,7 @@ class Reconciler:
         obj.setdefault("metadata", {}).setdefault("annotations", {})
         obj["metadata"]["annotations"].update({EPOCH: str(action.epoch), IN_SYNC: action.holder})
         obj["metadata"]["annotations"].pop(ADDRESS, None)
+        obj["metadata"]["annotations"].pop(END_OFFSET, None)  # the old holder's end: the new one's log may end before it (SYNC)
         spec_ = obj.setdefault("spec", {})
         spec_.update(
             holderIdentity=action.holder,
