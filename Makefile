@@ -58,7 +58,8 @@ bench-compare: $(STAMP)
 soak: $(STAMP)
 	MSGSTORE_SOAK=1 $(PY) -m pytest -q tests/reliability --timeout 7200
 	MSGSTORE_HA_KILLS=200 $(PY) -m pytest -q tests/ha/test_crash_campaign.py --timeout 7200
-	MSGSTORE_NEMESIS_ROUNDS=200 $(PY) -m pytest -q -s tests/ha/test_nemesis.py --timeout 7200
+	MSGSTORE_NEMESIS_ROUNDS=200 MSGSTORE_SOAK=1 $(PY) -m pytest -q -s tests/ha/test_nemesis.py --timeout 7200
+	MSGSTORE_SOAK=1 $(PY) -m pytest -q -m soak tests/e2e
 
 proto: $(STAMP)
 	$(PY) -m msgstore.api.protogen

@@ -544,7 +544,7 @@ def _monotonic_of(micro_time: str) -> float:
     return time.monotonic() - (time.time() - wall)
 
 
-@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
+@pytest.mark.parametrize("mode", ["SYNC", pytest.param("ASYNC", marks=pytest.mark.soak)])
 def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8s: K8s, release, mode):
     """Issue 20 on the real control plane: the master's process is SIGSTOPped (alive, not Ready,
     not renewing its Lease) while a producer runs. The operator elects from the in-sync set once
@@ -623,7 +623,7 @@ def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8
     k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")
 
 
-@pytest.mark.parametrize("mode", ["SYNC", "ASYNC"])
+@pytest.mark.parametrize("mode", ["SYNC", pytest.param("ASYNC", marks=pytest.mark.soak)])
 def test_a_master_cut_off_from_the_api_server_and_its_followers_is_replaced(k8s: K8s, release, mode):
     """Issue 29 on the real control plane: the master pod's process cut off from the API server
     and from its followers (cgroup + iptables: it keeps its open connections to nobody), while

@@ -379,7 +379,7 @@ class Campaign:
 
 @pytest.mark.parametrize(
     "mode,arbiter",
-    [("SYNC", True), ("ASYNC", True), ("SYNC", False), ("ASYNC", False)],
+    [("SYNC", True), ("ASYNC", True), ("SYNC", False), pytest.param("ASYNC", False, marks=pytest.mark.soak)],
     ids=["SYNC-etcd", "ASYNC-etcd", "SYNC-no-arbiter", "ASYNC-no-arbiter"],
 )
 def test_nemesis_campaign_loses_no_acknowledged_message(tmp_path, network, mode, arbiter):
