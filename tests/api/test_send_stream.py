@@ -282,3 +282,28 @@ def test_client_falls_back_to_unary_send_without_send_stream():
             assert holder.unary_calls == 2  # straight to unary from now on
     finally:
         holder.stop()
+
+
+def test_batch_results_are_a_list_of_what_was_stored(server, client):
+    """send_batch answers with results made as they are read (issue 30): each one names the
+    message stored at its offset, slices and iteration agree, a list compares equal, and a
+    batch that was refused in part reports every status without reading each result first."""
+    client.create_topic("lazy", 2)
+    q = client.route("lazy").queues[0]
+    sent = [OutMessage(f"body-{i}".encode(), key=f"k{i}") for i in range(300)]
+    results = client.send_batch("lazy", sent, queue=q, visible=True)
+    assert len(results) == 300 and results.all_ok and results.statuses() == {"PUT_OK"}
+    assert [r.queue_offset for r in results] == list(range(300))
+    assert results[-1] is results[299] and results[-1].queue_offset == 299
+    assert results[10:13] == [results[10], results[11], results[12]]
+    assert results == list(results) and results != list(results)[:-1]
+    assert len({r.message_id for r in results}) == 300
+    with pytest.raises(IndexError):
+        results[300]
+    got = client.pull("lazy", q, 0, max_messages=300)
+    assert [(m.queue_offset, m.body, m.msg_id) for m in got.messages] == [(r.queue_offset, s.body, r.message_id) for r, s in zip(results, sent)]
+    # one request, two queues' batches merged on the stream: each gets its own results
+    stream = client.send_stream(server.address)
+    a = stream.submit(encode_send("lazy", 0, sent[:3], None), 3)
+    b = stream.submit(encode_send("lazy", 1, sent[:2], None), 2)
+    assert [r.queue_id for r in a.result(10)] == [0, 0, 0] and [r.queue_id for r in b.result(10)] == [1, 1]

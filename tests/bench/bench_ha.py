@@ -23,6 +23,7 @@ import os
 import pathlib
 import signal
 import tempfile
+import itertools
 import threading
 import time
 
@@ -38,6 +39,7 @@ from .common import REPEAT, Measure
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 BATCH = 256
 THREADS = 4
+_GROUPS = itertools.count()
 
 
 def _defaults(g: Group) -> Group:
@@ -112,9 +114,12 @@ def _retrying(call, timeout: float = 10.0):
 
 
 def _etcd_group(workdir: str, settings: list[str], etcd: EtcdServer, after: str = "3") -> Group:
+    """A new group on the shared etcd: a name of its own (the last group's record, naming members
+    called m0..m2 too, would otherwise be this one's)."""
     fast = ["haKeepaliveTimeout=1500"]
+    name = f"g{next(_GROUPS)}"
     g = _defaults(
-        Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, settings + fast, fast, peers=False, arbiter=etcd.url(), failover_after=after)
+        Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, settings + fast, fast, name=name, peers=False, arbiter=etcd.url(), failover_after=after)
     )
     for m in g.members:  # the lease as the operator sizes it: max(3, failoverAfterSeconds)
         i = m.extra.index("--arbiter-ttl")

@@ -17,6 +17,8 @@ Workloads (1 KiB bodies, async flush):
   "TRAN_MSG" in it (a body's content must not change the send path);
 - ``async-singles``: 64 asyncio tasks each awaiting every send (the per-request cost);
 - ``pull``: a consumer reading back one queue's 100,000 messages.
+
+BENCH_WORKLOADS=batched-send,pull picks some; BENCH_ROUNDS (5) and BENCH_SCALE (1) size them.
 """
 
 from __future__ import annotations
@@ -122,7 +124,10 @@ def w_pull(client: Client, topic: str) -> float:
     return (time.perf_counter() - t) / total
 
 
-WORKLOADS = ("batched-send", "batched-send-delayed-words", "async-singles", "pull")
+WORKLOADS = tuple(
+    w for w in ("batched-send", "batched-send-delayed-words", "async-singles", "pull")
+    if w in os.environ.get("BENCH_WORKLOADS", "batched-send,batched-send-delayed-words,async-singles,pull").split(",")
+)
 
 
 def run_one(name: str, server: ServerProcess, n: int) -> float:

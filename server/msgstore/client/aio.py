@@ -19,7 +19,6 @@ from .client import (
     PullResult,
     SendResult,
     StoreError,
-    _send_result,
     check_topic,
     encode_send,
     pull_request,
@@ -43,6 +42,7 @@ from .routing import (
     on_master,
     replicated,
 )
+from .send_results import SendResults
 from .stream import AsyncSendStream
 from .transactions import AsyncTransactionProducer, end_transaction_async
 
@@ -174,7 +174,7 @@ class AsyncClient(AsyncPopCalls):
         queue: QueueRef | None = None,
         visible: bool = False,
         reorder: bool = False,
-    ) -> list[SendResult]:
+    ) -> SendResults:
         """As :meth:`Client.send_batch`: a key's messages go to its queue only, unless
         ``reorder``; a replicated group's new master is waited for up to ``failover_timeout``,
         and an answer saying "not master" or "replicas missing" sends again to the master the
@@ -189,7 +189,7 @@ class AsyncClient(AsyncPopCalls):
             route, target = await self._first_target(topic, route, key, reorder, deadline)
         while True:
             try:
-                results = [_send_result(r, target.node, target.address) for r in await self._send_to(target, topic, messages, visible)]
+                results = SendResults(await self._send_to(target, topic, messages, visible), target.node, target.address)
             except StoreError as e:
                 if e.code not in RETRYABLE:
                     raise
@@ -210,8 +210,8 @@ class AsyncClient(AsyncPopCalls):
                     raise
                 target = route.pick(key, exclude=tried, reorder=reorder)
                 continue
-            if any(r.status in REROUTE for r in results) and time.monotonic() < deadline:
-                if any(r.status in REFUSED for r in results) and replicated(route, target):
+            if not results.all_ok and results.statuses() & REROUTE and time.monotonic() < deadline:
+                if results.statuses() & REFUSED and replicated(route, target):
                     found = on_master(await self.route(topic, refresh=True), target)
                     if found is None:  # fenced, without lease or quorum: wait for the group's master
                         self._suspects.mark(target.address)

@@ -41,6 +41,7 @@ from .routing import (
     on_master,
     replicated,
 )
+from .send_results import STATUS_NAMES, SendResult, SendResults, send_result
 from .stream import SendStream
 from .transactions import CheckedMessage, TransactionProducer, end_transaction
 
@@ -72,28 +73,6 @@ class OutMessage:
             properties=self.properties,
             flag=self.flag,
         )
-
-
-@dataclass
-class SendResult:
-    status: str
-    message_id: str
-    node: str
-    queue_id: int
-    queue_offset: int
-    commitlog_offset: int
-    error: str = ""
-    address: str = ""  # the member that answered (a replica group's master at the time)
-    recall_handle: str = ""  # a message with a delivery time: what recall() takes to cancel it
-    transaction_id: str = ""  # a transactional half message: what commit/rollback take
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "PUT_OK"
-
-    @property
-    def queue(self) -> tuple[str, int]:
-        return self.node, self.queue_id
 
 
 @dataclass
@@ -158,22 +137,8 @@ def check_topic(topic: str) -> None:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"topic: {err}")
 
 
-_STATUS_NAMES = {v.number: v.name for v in pb.SendStatus.DESCRIPTOR.values}
-
-
-def _send_result(r: pb.SendResult, node: str, address: str = "") -> SendResult:
-    return SendResult(
-        _STATUS_NAMES[r.status],
-        r.message_id,
-        node,
-        r.queue_id,
-        r.queue_offset,
-        r.commitlog_offset,
-        r.error,
-        address,
-        r.recall_handle,
-        r.transaction_id,
-    )
+_STATUS_NAMES = STATUS_NAMES
+_send_result = send_result  # the name other modules import
 
 
 decode_records = codec.decode_records  # a raw pull's messages
@@ -445,7 +410,7 @@ class Client(PopCalls):
         wait_flush: bool | None = None,
         visible: bool = False,
         reorder: bool = False,
-    ) -> list[SendResult]:
+    ) -> SendResults:
         """Send messages to one (node, queue), failing over to another node when one is down.
 
         ``queue`` pins the target (no failover); ``prefer`` is tried first. ``key`` sends to
@@ -466,9 +431,7 @@ class Client(PopCalls):
             route, target = self._first_target(topic, route, key, reorder, deadline)
         while True:
             try:
-                results = [
-                    _send_result(r, target.node, target.address) for r in self._send_to(target, topic, messages, wait_flush, visible)
-                ]
+                results = SendResults(self._send_to(target, topic, messages, wait_flush, visible), target.node, target.address)
             except StoreError as e:
                 if e.code not in RETRYABLE:
                     raise
@@ -490,11 +453,11 @@ class Client(PopCalls):
                     raise
                 target = route.pick(key, exclude=tried, reorder=reorder)
                 continue
-            if any(r.status in REROUTE for r in results) and time.monotonic() < deadline:
+            if not results.all_ok and results.statuses() & REROUTE and time.monotonic() < deadline:
                 # "not master" / "replicas missing": a member that does not yet know it was
                 # replaced; the group's new master takes the send (what the old one stored is
                 # cut when it rejoins)
-                if any(r.status in REFUSED for r in results) and replicated(route, target):
+                if results.statuses() & REFUSED and replicated(route, target):
                     # a master that may not acknowledge (fenced, no lease or quorum: the route
                     # then shows it fenced) is suspected and the group's master waited for; a
                     # refusal of the master's own (a full disk) is answered as it is

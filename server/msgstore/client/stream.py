@@ -25,7 +25,7 @@ import itertools
 import queue
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,10 +91,14 @@ def blame(batch: list[Part], error: StoreError) -> tuple[list[tuple[Part, StoreE
     return [], batch
 
 
-def split_results(parts: list[Part], resp: pb.SendResponse) -> list[tuple[Part, list[pb.SendResult]]]:
+def split_results(parts: list[Part], resp: pb.SendResponse) -> list[tuple[Part, Sequence[pb.SendResult]]]:
+    """Each part's results: the response's own container when one part had it all (the usual
+    case: copying 500 results into a list cost more than the rest of reading them)."""
+    if len(parts) == 1:
+        return [(parts[0], resp.results)]
     out, i = [], 0
     for p in parts:
-        out.append((p, list(resp.results[i : i + p.entries])))
+        out.append((p, resp.results[i : i + p.entries]))
         i += p.entries
     return out
 
