@@ -301,7 +301,8 @@ def test_batch_results_are_a_list_of_what_was_stored(server, client):
     with pytest.raises(IndexError):
         results[300]
     got = client.pull("lazy", q, 0, max_messages=300)
-    assert [(m.queue_offset, m.body, m.msg_id) for m in got.messages] == [(r.queue_offset, s.body, r.message_id) for r, s in zip(results, sent)]
+    stored = [(m.queue_offset, m.body, m.msg_id) for m in got.messages]
+    assert stored == [(r.queue_offset, s.body, r.message_id) for r, s in zip(results, sent)]
     # one request, two queues' batches merged on the stream: each gets its own results
     stream = client.send_stream(server.address)
     a = stream.submit(encode_send("lazy", 0, sent[:3], None), 3)

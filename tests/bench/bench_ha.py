@@ -19,11 +19,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
 import tempfile
-import itertools
 import threading
 import time
 
@@ -119,7 +119,16 @@ def _etcd_group(workdir: str, settings: list[str], etcd: EtcdServer, after: str 
     fast = ["haKeepaliveTimeout=1500"]
     name = f"g{next(_GROUPS)}"
     g = _defaults(
-        Group(pathlib.Path(tempfile.mkdtemp(dir=workdir)), 3, settings + fast, fast, name=name, peers=False, arbiter=etcd.url(), failover_after=after)
+        Group(
+            pathlib.Path(tempfile.mkdtemp(dir=workdir)),
+            3,
+            settings + fast,
+            fast,
+            name=name,
+            peers=False,
+            arbiter=etcd.url(),
+            failover_after=after,
+        )
     )
     for m in g.members:  # the lease as the operator sizes it: max(3, failoverAfterSeconds)
         i = m.extra.index("--arbiter-ttl")

@@ -126,7 +126,8 @@ def w_pull(client: Client, topic: str) -> float:
 
 
 WORKLOADS = tuple(
-    w for w in ("batched-send", "batched-send-delayed-words", "async-singles", "pull")
+    w
+    for w in ("batched-send", "batched-send-delayed-words", "async-singles", "pull")
     if w in os.environ.get("BENCH_WORKLOADS", "batched-send,batched-send-delayed-words,async-singles,pull").split(",")
 )
 
