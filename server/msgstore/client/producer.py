@@ -234,7 +234,7 @@ class Producer:
     def _send_group(self, topic: str, target: QueueRef, keyed: bool, items: list) -> None:
         pinned = keyed and not self.reorder  # a keyed batch never fails over: its keys would change queue
         try:
-            results: list[SendResult] = self.client.send_batch(
+            results: Sequence[SendResult] = self.client.send_batch(
                 topic, [m for m, _ in items], queue=target if pinned else None, prefer=None if pinned else target
             )
         except (StoreError, LookupError) as e:
