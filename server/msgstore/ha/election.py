@@ -38,8 +38,9 @@ CALL_TIMEOUT_S = 1.0
 CATCH_UP_S = 10.0
 
 
-def where_of(arbiter: Arbiter) -> str:
-    return arbiter.where
+def _named(record: Record | None) -> str:
+    """Who a record names, in words."""
+    return f"{record.holder} at epoch {record.epoch}" if record is not None else "nothing"
 
 
 class ElectionRefused(Exception):
@@ -264,8 +265,9 @@ class Election:
             if now is not None and now.holder == new.holder and now.epoch == new.epoch:
                 return
             if now is None or seen is None or (now.holder, now.epoch) != (seen.holder, seen.epoch):
-                named = f"{now.holder} at epoch {now.epoch}" if now is not None else "nothing"
-                raise ElectionRefused(f"{where} changed while {new.holder} was being elected (it names {named} now): another election?")
+                raise ElectionRefused(
+                    f"{where} changed while {new.holder} was being elected (it names {_named(now)} now): another election?"
+                )
             if not fenced and await self.arbiter.holder_alive(now):
                 raise ElectionRefused(f"{now.holder} renewed its lease in {where} meanwhile: it may be acknowledging; nothing was done")
             seen = now
@@ -278,8 +280,7 @@ class Election:
         try:
             now = await self.arbiter.read()
             if now is None or (now.holder, now.epoch) != (record.holder, record.epoch):
-                named = f"{now.holder} at epoch {now.epoch}" if now is not None else "nothing"
-                return f"{where_of(self.arbiter)} names {named} now, so {record.holder} stays fenced"
+                return f"{self.arbiter.where} names {_named(now)} now, so {record.holder} stays fenced"
             back = replace(
                 now,
                 epoch=epoch,
