@@ -544,6 +544,58 @@ def _monotonic_of(micro_time: str) -> float:
     return time.monotonic() - (time.time() - wall)
 
 
+class _LedgerStore:
+    """The replicated store "ledger" (one group of three) in ``ns``, waited for until Ready with
+    both followers in sync, and a ledger producer sending to it through every member: what the
+    failover tests below share."""
+
+    GROUP = "ledger-g0"
+
+    def __init__(self, k8s: K8s, ns: str, mode: str):
+        self.k8s, self.ns, self.mode = k8s, ns, mode
+        k8s.wait(lambda: k8s.ready(ns, "ledger") and self.in_sync(), 180, "ledger Ready with both followers in sync")
+        self.members = ["ledger-0", "ledger-1", "ledger-2"]
+        self.address = {p: k8s.address(ns, p) for p in self.members}
+        self.old = self.group()["master"]
+        self.ledger = Ledger()
+        self.ledger.elected(self.address[self.old], at=0.0)
+        self.client = Client(",".join(self.address.values()), timeout=5, failover_timeout=60)
+        self.producer = LedgerProducer(self.client, "ledger", self.ledger, tag=mode.lower(), batch=4, limit=20_000, pause=0.01)
+
+    def group(self) -> dict:
+        status = self.k8s.store(self.ns, "ledger").get("status") or {}
+        return (status.get("replication") or {}).get("groups", {}).get(self.GROUP, {})
+
+    def in_sync(self) -> bool:
+        g = self.group()
+        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
+        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
+
+    def elected(self) -> tuple[str, float]:
+        """(the follower the operator elected, when it took office on the ledger's clock): the
+        Lease names it, and the ledger judges acknowledgements from then on by it."""
+        new = self.k8s.wait(
+            lambda: (lambda m: m if m not in (None, self.old) else None)(self.group().get("master")), 120, "a follower elected"
+        )
+        lease = _lease(self.k8s, self.ns, self.GROUP)["spec"]
+        assert lease["holderIdentity"] == new, lease
+        took_office = _monotonic_of(lease["acquireTime"])
+        self.ledger.elected(self.address[new], at=took_office)
+        return new, took_office
+
+    def judge(self, held) -> list:
+        """What was lost: nothing in SYNC mode, nothing a replaced master acknowledged in ASYNC
+        mode; and no (queue, offset) read with two bodies across every read."""
+        lost = self.ledger.lost(held)
+        if self.mode == "SYNC":
+            assert not lost, f"{len(lost)} acknowledged messages lost, first {lost[:3]}"
+        else:
+            fenced = self.ledger.acked_by_fenced(lost)
+            assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}"
+        assert self.ledger.reads >= 3 and not self.ledger.two_bodies(), self.ledger.two_bodies()[:5]
+        return lost
+
+
 @pytest.mark.parametrize("mode", ["SYNC", pytest.param("ASYNC", marks=pytest.mark.soak)])
 def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8s: K8s, release, mode):
     """Issue 20 on the real control plane: the master's process is SIGSTOPped (alive, not Ready,
@@ -553,36 +605,17 @@ def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8
     load after it loses none either. ASYNC: none lost that a member acknowledged after it had been
     replaced. No (queue, offset) ever reads with two bodies."""
     ns = f"paused-{mode.lower()}"
-    group_name = "ledger-g0"
     namespace(k8s, ns)
     k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}))
-
-    def group() -> dict:
-        return ((k8s.store(ns, "ledger").get("status") or {}).get("replication") or {}).get("groups", {}).get(group_name, {})
-
-    def in_sync() -> bool:
-        g = group()
-        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
-        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
-
-    k8s.wait(lambda: k8s.ready(ns, "ledger") and in_sync(), 180, "ledger Ready with both followers in sync")
-    members = ["ledger-0", "ledger-1", "ledger-2"]
-    address = {p: k8s.address(ns, p) for p in members}
-    old = group()["master"]
-    ledger = Ledger()
-    ledger.elected(address[old], at=0.0)
-    c = Client(",".join(address.values()), timeout=5, failover_timeout=60)
-    producer = LedgerProducer(c, "ledger", ledger, tag=mode.lower(), batch=4, limit=20_000, pause=0.01)
+    store = _LedgerStore(k8s, ns, mode)
+    group, in_sync, address, old, ledger, producer = store.group, store.in_sync, store.address, store.old, store.ledger, store.producer
     producer.start()
     try:
         k8s.wait(lambda: len(ledger.acks) >= 200, 60, "the producer acknowledged before the pause")
         k8s.kubelet.signal(ns, old, signal.SIGSTOP)
         paused = time.monotonic()
         try:
-            new = k8s.wait(lambda: (lambda m: m if m not in (None, old) else None)(group().get("master")), 120, "a follower elected")
-            lease = _lease(k8s, ns, group_name)["spec"]
-            assert lease["holderIdentity"] == new, lease
-            ledger.elected(address[new], at=_monotonic_of(lease["acquireTime"]))
+            new, _took_office = store.elected()
             k8s.wait(lambda: acked_on(ledger, address[new], paused) > 0, 60, "the new master acknowledging the producer")
             failover = time.monotonic() - paused
             read_through(ledger, address[new])  # what the new master holds now: compared with every later read
@@ -606,19 +639,12 @@ def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8
         producer.halt()
     master = group()["master"]
     reader = Client(k8s.address(ns, master), timeout=10)  # a roll gives pods new addresses
-    held = ledger.read(reader, "ledger")
-    lost = ledger.lost(held)
-    if mode == "SYNC":
-        assert not lost, f"{len(lost)} acknowledged messages lost, first {lost[:3]}"
-    else:
-        fenced = ledger.acked_by_fenced(lost)
-        assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}"
-    assert ledger.reads >= 3 and not ledger.two_bodies(), ledger.two_bodies()[:5]  # every read, across the failover and the roll
+    lost = store.judge(ledger.read(reader, "ledger"))  # every read, across the failover and the roll
     assert failover < 60, failover
     print(f"{mode}: paused master replaced and acknowledging on {new} after {failover:.1f}s; {len(ledger.acks)} acks, {len(lost)} lost")
     if mode == "SYNC":
         print(f"rejoin and roll under load took {rolled:.1f}s; {ledger.refused} refused, {ledger.errors} errors")
-    c.close()
+    store.client.close()
     reader.close()
     k8s.kubectl("delete", "mstore", "ledger", "-n", ns, "--wait=true")
 
@@ -648,25 +674,9 @@ def test_a_master_cut_off_from_the_api_server_and_its_followers_is_replaced(k8s:
 def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
     from tests.support.cutoff import Cutoff
 
-    group_name = "ledger-g0"
-
-    def group() -> dict:
-        return ((k8s.store(ns, "ledger").get("status") or {}).get("replication") or {}).get("groups", {}).get(group_name, {})
-
-    def in_sync() -> bool:
-        g = group()
-        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
-        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") and m.get("lagBytes") == 0 for m in followers)
-
-    k8s.wait(lambda: k8s.ready(ns, "ledger") and in_sync(), 180, "ledger Ready with both followers in sync")
-    members = ["ledger-0", "ledger-1", "ledger-2"]
-    address = {p: k8s.address(ns, p) for p in members}
-    old = group()["master"]
-    followers = [p for p in members if p != old]
-    ledger = Ledger()
-    ledger.elected(address[old], at=0.0)
-    c = Client(",".join(address.values()), timeout=5, failover_timeout=60)
-    producer = LedgerProducer(c, "ledger", ledger, tag=mode.lower(), batch=4, limit=20_000, pause=0.01)
+    store = _LedgerStore(k8s, ns, mode)
+    group, in_sync, address, old, ledger, producer = store.group, store.in_sync, store.address, store.old, store.ledger, store.producer
+    followers = [p for p in store.members if p != old]
     producer.start()
     zombie, rest = Cutoff(f"msgstore-zombie-{mode.lower()}"), Cutoff(f"msgstore-zombie-peers-{mode.lower()}")
     try:
@@ -679,11 +689,7 @@ def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
             zombie.block(address[f].split(":")[0], 10911)
         rest.block(address[old].split(":")[0], 10911)  # its followers' streams and probes
         cut = time.monotonic()
-        new = k8s.wait(lambda: (lambda m: m if m not in (None, old) else None)(group().get("master")), 120, "a follower elected")
-        lease = _lease(k8s, ns, group_name)["spec"]
-        assert lease["holderIdentity"] == new, lease
-        took_office = _monotonic_of(lease["acquireTime"])
-        ledger.elected(address[new], at=took_office)
+        new, took_office = store.elected()
         conditions = {x["type"]: x["status"] for x in k8s.pod(ns, old)["status"].get("conditions", [])}
         assert conditions.get("Ready") == "True"  # a zombie: its node (the probes) still sees it healthy
         k8s.wait(lambda: acked_on(ledger, address[new], cut) > 0, 60, "the new master acknowledging the producer")
@@ -704,16 +710,9 @@ def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
     assert not late, f"{len(late)} acknowledged by the cut-off master after {new} took office, first {late[:3]}"
     read_through(ledger, k8s.address(ns, new))
     with Client(k8s.address(ns, new), timeout=10) as reader:
-        held = ledger.read(reader, "ledger")
-    lost = ledger.lost(held)
-    if mode == "SYNC":
-        assert not lost, f"{len(lost)} acknowledged messages lost, first {lost[:3]}"
-    else:
-        fenced = ledger.acked_by_fenced(lost)
-        assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}"
-    assert ledger.reads >= 3 and not ledger.two_bodies(), ledger.two_bodies()[:5]
+        lost = store.judge(ledger.read(reader, "ledger"))
     print(f"{mode}: cut-off master replaced and acknowledging on {new} after {failover:.1f}s; {len(ledger.acks)} acks, {len(lost)} lost")
-    c.close()
+    store.client.close()
 
 
 # ---------------------------------------------------------------------------------- fixes
