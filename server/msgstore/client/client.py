@@ -41,7 +41,7 @@ from .routing import (
     on_master,
     replicated,
 )
-from .send_results import STATUS_NAMES, SendResult, SendResults, send_result
+from .send_results import SendResult, SendResults, send_result
 from .stream import SendStream
 from .transactions import CheckedMessage, TransactionProducer, end_transaction
 
@@ -135,10 +135,6 @@ def check_topic(topic: str) -> None:
     err = codec.topic_error(topic)
     if err:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"topic: {err}")
-
-
-_STATUS_NAMES = STATUS_NAMES
-_send_result = send_result  # the name other modules import
 
 
 decode_records = codec.decode_records  # a raw pull's messages
@@ -527,7 +523,7 @@ class Client(PopCalls):
 
     def send_entries(self, address: str, entries: list[pb.SendEntry], node: str = "") -> list[SendResult]:
         resp = self._call(address, "Send", pb.SendRequest(entries=entries), node=node)
-        return [_send_result(r, node or resp.node) for r in resp.results]
+        return [send_result(r, node or resp.node) for r in resp.results]
 
     # ------------------------------------------------------------------ reading
 
