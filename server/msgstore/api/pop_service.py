@@ -66,7 +66,7 @@ class PopHandlers:
 
     async def Receive(self, request: pb.ReceiveRequest, context) -> pb.ReceiveResponse:
         group = v.check_group(request.group)
-        topic = v.check_topic(request.topic)
+        topic = v.check_known_topic(self.server.store, v.check_topic(request.topic))
         n = request.max_messages or 32
         v.check_range(n, "max_messages", 1, MAX_RECEIVE)
         invisible = request.invisible_ms or DEFAULT_INVISIBLE_MS

@@ -180,10 +180,18 @@ class StoreServer:
         tc = self.store.topics.get(topic)
         return tc.write_queue_nums if tc is not None else self.store.config.defaultTopicQueueNums
 
+    def topic_known(self, topic: str) -> bool:
+        """Whether ``topic`` exists here or a send would create it (a route lists its queues)."""
+        try:
+            v.check_known_topic(self.store, topic)
+        except v.TopicNotFound:
+            return False
+        return True
+
     def local_route(self, topic: str) -> msgstore_pb2.NodeRoute:
         ready = self.ready.is_set() and not self.stopping
         qids: list[int] = []
-        if topic and ready:
+        if topic and ready and self.topic_known(topic):
             qids = list(range(self.queue_count(topic)))
         node = msgstore_pb2.NodeRoute(name=self.node_name, address=self.advertise, ready=ready, queue_ids=qids)
         r = self.replica
@@ -334,6 +342,9 @@ class StoreServer:
             except v.InvalidArgument as e:
                 self._count_error(name, "INVALID_ARGUMENT")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            except v.TopicNotFound as e:
+                self._count_error(name, "NOT_FOUND")
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception as e:  # everything else is our bug: answer, log, keep serving
@@ -353,6 +364,9 @@ class StoreServer:
             except v.InvalidArgument as e:
                 self._count_error(name, "INVALID_ARGUMENT")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            except v.TopicNotFound as e:
+                self._count_error(name, "NOT_FOUND")
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
 
         return handler
 

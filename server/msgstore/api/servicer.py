@@ -413,7 +413,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
     async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
         await self._ready(context)
         await self._readable(context)
-        topic = v.check_topic(request.topic)
+        topic = v.check_known_topic(self.store, v.check_topic(request.topic))
         qid = v.check_queue_id(request.queue_id)
         offset = v.check_non_negative(request.offset, "offset")
         max_msgs = v.check_range(request.max_messages, "max_messages", 0, v.MAX_PULL_MESSAGES) or v.DEFAULT_PULL_MESSAGES
@@ -460,7 +460,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
     async def Subscribe(self, request: pb.SubscribeRequest, context):
         await self._ready(context)
         await self._readable(context)
-        topic = v.check_topic(request.topic)
+        topic = v.check_known_topic(self.store, v.check_topic(request.topic))
         qid = v.check_queue_id(request.queue_id)
         if request.offset < -1:
             raise v.InvalidArgument("offset", f"must be >= -1, got {request.offset}")
@@ -577,6 +577,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         except DuplicateNodeName as e:
             log.error("%s", e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        if request.topic and not any(n.queue_ids for n in nodes) and not self.server.topic_known(request.topic):
+            raise v.TopicNotFound(f"topic: no topic {request.topic} on any node (autoCreateTopicEnable is off: create it first)")
         return pb.GetRouteResponse(nodes=nodes)
 
 

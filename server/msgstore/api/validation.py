@@ -9,6 +9,7 @@ import re
 
 from google.protobuf.message import DecodeError
 
+from ..broker.system_topics import is_store_topic
 from ..record import codec
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -34,6 +35,23 @@ class InvalidArgument(ValueError):
     def __init__(self, field: str, reason: str):
         super().__init__(f"{field}: {reason}")
         self.field = field
+
+
+class TopicNotFound(LookupError):
+    """A read or route of a topic that does not exist where a send would not create it: gRPC
+    NOT_FOUND on msgstore.v1, TOPIC_NOT_FOUND on apache.rocketmq.v2 (as RocketMQ's proxy
+    answers), rather than an empty answer that looks like a quiet topic."""
+
+
+def check_known_topic(store, topic: str) -> str:
+    """``topic``, unless it does not exist and autoCreateTopicEnable is off. The store's own
+    topics (retries, dead letters, timers) exist once used and are never refused; nor is a
+    topic whose queues are on disk without its config (a directory copied without config/)."""
+    if store.config.autoCreateTopicEnable or store.topics.get(topic) is not None or is_store_topic(topic):
+        return topic
+    if store.queues_of(topic):
+        return topic
+    raise TopicNotFound(f"topic: no topic {topic} (autoCreateTopicEnable is off: create it first)")
 
 
 def check_topic(topic: str, field: str = "topic") -> str:

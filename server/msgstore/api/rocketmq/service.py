@@ -156,6 +156,8 @@ def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -
         code, message = e.code, e.message
     elif isinstance(e, v.InvalidArgument):
         code, message = field_code(e.field), str(e)
+    elif isinstance(e, v.TopicNotFound):
+        code, message = d.TOPIC_NOT_FOUND, str(e)
     else:  # our bug: say so in the status, keep serving
         log.error("v2 %s failed", name, exc_info=e)
         code, message = d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"
@@ -212,10 +214,15 @@ class MessagingService:
             raise Refusal(d.HA_NOT_AVAILABLE, f"no master serving topic {topic} is ready now (starting, or a failover in progress)")
         return [(d.Broker(name=group, id=0, endpoints=endpoints(address)), qids) for group, (address, qids) in sorted(out.items())]
 
+    def _known(self, topic: str, field: str = "topic.name") -> str:
+        """RocketMQ's proxy answers TOPIC_NOT_FOUND for a topic no send would create."""
+        try:
+            return v.check_known_topic(self.store, topic)
+        except v.TopicNotFound:
+            raise Refusal(d.TOPIC_NOT_FOUND, f"{field}: no topic {topic} (autoCreateTopicEnable is off: create it first)") from None
+
     async def QueryRoute(self, request, context):
-        topic = topic_of(request.topic)
-        if self.store.topics.get(topic) is None and not self.store.config.autoCreateTopicEnable:
-            raise Refusal(d.TOPIC_NOT_FOUND, f"topic.name: no topic {topic} (autoCreateTopicEnable is off: create it first)")
+        topic = self._known(topic_of(request.topic))
         queues = []
         for broker, qids in await self._brokers(topic, context):
             for q in qids:
@@ -227,7 +234,7 @@ class MessagingService:
         return s.QueryRouteResponse(status=status(), message_queues=queues)
 
     async def QueryAssignment(self, request, context):
-        topic = topic_of(request.topic)
+        topic = self._known(topic_of(request.topic))
         group_of(request.group)
         assignments = [
             d.Assignment(
@@ -365,7 +372,7 @@ class MessagingService:
 
     async def ReceiveMessage(self, request, context) -> AsyncIterator[Any]:
         group = group_of(request.group)
-        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        topic = self._known(topic_of(request.message_queue.topic, "message_queue.topic"), "message_queue.topic.name")
         batch = request.batch_size or 32
         if not 1 <= batch <= 1000:
             raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to 1000, got {request.batch_size}")
@@ -505,7 +512,7 @@ class MessagingService:
 
     async def PullMessage(self, request, context) -> AsyncIterator[Any]:
         group_of(request.group)
-        topic = topic_of(request.message_queue.topic, "message_queue.topic")
+        topic = self._known(topic_of(request.message_queue.topic, "message_queue.topic"), "message_queue.topic.name")
         qid = request.message_queue.id
         if qid < 0:
             raise Refusal(d.BAD_REQUEST, f"message_queue.id: must be >= 0, got {qid}")
