@@ -46,6 +46,7 @@ from .groups import GroupRegistry
 from .ha_service import ReplicationPlane
 from .longpoll import ArrivalWaiters
 from .metrics import Metrics
+from .relay import NEVER_RELAYED, Relay
 from .rocketmq.protocol import SERVICE as ROCKETMQ_SERVICE
 from .rocketmq.service import MessagingService
 from .route import DuplicateNodeName, PeerDirectory
@@ -81,6 +82,8 @@ class ServerOptions:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     advertise: str | None = None  # host:port that others use to reach this node
+    # clients come through these (a Service...): routes name them ([]: the address each client used); None: nodes' own
+    access_points: list[str] | None = None
     node_name: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     admin_token: str | TokenSource | None = None  # a TokenSource follows its file (Secret rotation)
@@ -162,6 +165,7 @@ class StoreServer:
         self.replica: Replica | None = None
         self.broker: BrokerServices | None = None
         self._ha_channels: dict[str, grpc.aio.Channel] = {}
+        self.relay = Relay(self)
         self.roles: RolesFile | None = RolesFile(options.roles_file) if options.roles_file else None
 
     # ------------------------------------------------------------------ state
@@ -315,6 +319,8 @@ class StoreServer:
         for method in service.methods:
             req_cls = message_factory.GetMessageClass(method.input_type)
             fn = getattr(impl, method.name)
+            if service is DATA_SERVICE and method.name not in NEVER_RELAYED:
+                fn = self._relayed(f"/{service.full_name}/{method.name}", method, fn)
             parse = None if method.name in raw else _safe_parser(req_cls)  # raw: the handler reads wire bytes itself
             if method.client_streaming:
                 handlers[method.name] = grpc.stream_stream_rpc_method_handler(self._wrap_bidi(method.name, fn), parse, _bytes_or_message)
@@ -332,6 +338,40 @@ class StoreServer:
                     self._wrap_unary(method.name, fn), _safe_parser(req_cls), _bytes_or_message
                 )
         return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+    def _relayed(self, path: str, method, fn):
+        """``fn``, unless the call names another replica group (or this one while this node is
+        not its master): then it is passed through to that group's master (relay.py)."""
+        relay = self.relay
+        if method.client_streaming:
+
+            async def bidi(requests, context):
+                address = await relay.target(context)
+                if address is None:
+                    return await fn(requests, context)
+                return await relay.bidi(path, requests, context, address)
+
+            return bidi
+        if method.server_streaming:
+
+            async def stream(request, context):
+                address = None if isinstance(request, v.BadRequest) else await relay.target(context)
+                if address is None:
+                    async for item in fn(request, context):
+                        yield item
+                    return
+                async for item in relay.server_stream(path, request, context, address):
+                    yield item
+
+            return stream
+
+        async def unary(request, context):
+            address = None if isinstance(request, v.BadRequest) else await relay.target(context)
+            if address is None:
+                return await fn(request, context)
+            return await relay.unary(path, request, context, address)
+
+        return unary
 
     def _wrap_unary(self, name: str, fn):
         async def handler(request, context):

@@ -572,6 +572,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         local = self.server.local_route(request.topic)
         if request.local_only:
             return pb.GetRouteResponse(nodes=[local])
+        access = self.server.options.access_points
         try:
             nodes = await self.server.route(request.topic, local)
         except DuplicateNodeName as e:
@@ -579,7 +580,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         if request.topic and not any(n.queue_ids for n in nodes) and not self.server.topic_known(request.topic):
             raise v.TopicNotFound(f"topic: no topic {request.topic} on any node (autoCreateTopicEnable is off: create it first)")
-        return pb.GetRouteResponse(nodes=nodes)
+        return pb.GetRouteResponse(nodes=nodes, via_access_point=access is not None, access_points=access or ())
 
 
 def _error_text(res) -> str:

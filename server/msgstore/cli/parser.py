@@ -170,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-cert", help="server certificate (enables TLS)")
     s.add_argument("--tls-key", help="server key")
     s.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
+    s.add_argument(
+        "--access-point",
+        nargs="?",
+        const="",
+        type=lambda t: _addresses(t) if t else "",
+        metavar="HOST:PORT[,...]",
+        help="clients reach the store through one address (a Service, a port-forward, a load balancer): routes name "
+        "these addresses (alone: the address each client used) and any node forwards a call to the queue's master",
+    )
     s.add_argument("--peers", type=_addresses, help="other nodes, comma-separated host:port")
     s.add_argument("--peers-dns", type=_address, help="host:port of a headless Service listing the nodes")
     s.add_argument("--peers-file", help="file of host:port lines, re-read when it changes")

@@ -12,6 +12,7 @@ import grpc
 from ..record.recall_handle import RecallHandle
 from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
+from . import access
 from .client import (
     RETRYABLE,
     ROUTE_TTL_S,
@@ -121,8 +122,13 @@ class AsyncClient(AsyncPopCalls):
                     self._suspects.mark(address)
                 return e
             self._suspects.clear(address)
+            point = access.access_of(resp, address)
+            if point is not None:  # every member through the access point (as Client.route)
+                vias.append(point)
+                return access.rewrite(list(resp.nodes), point)
             return list(resp.nodes)
 
+        vias: list[str] = []
         for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
             asked.add(address)
             got = await ask(address, min(self.timeout, 5.0))
@@ -131,7 +137,7 @@ class AsyncClient(AsyncPopCalls):
                 continue
             answers.append(got)
             break
-        if answers and not confirmed(merge_answers(answers)):
+        if answers and not vias and not confirmed(merge_answers(answers)):
             others = [a for a in known_addresses(self.endpoints, list(self._routes.values()), answers) if a not in asked]
             for got in await asyncio.gather(*(ask(a, PROBE_TIMEOUT_S * 2) for a in others)):
                 if not isinstance(got, StoreError):

@@ -18,6 +18,7 @@ from ..record.recall_handle import RecallHandle
 from ..v1 import admin_pb2_grpc
 from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
+from . import access
 from .admin import AdminClient
 from .connection import Security, split_endpoints, sync_channel
 from .delays import delay_properties, group_properties
@@ -282,8 +283,13 @@ class Client(PopCalls):
                     self._suspects.mark(address)
                 return _error(e, address)
             self._suspects.clear(address)
+            point = access.access_of(resp, address)
+            if point is not None:  # every member through the access point: its node forwards, failovers included
+                vias.append(point)
+                return access.rewrite(list(resp.nodes), point)
             return list(resp.nodes)
 
+        vias: list[str] = []
         for address in self._suspects.order(known_addresses(self.endpoints, list(self._routes.values()))):
             asked.add(address)
             got = ask(address, min(self.timeout, 5.0))
@@ -292,7 +298,7 @@ class Client(PopCalls):
                 continue
             answers.append(got)
             break
-        if answers and not confirmed(merge_answers(answers)):
+        if answers and not vias and not confirmed(merge_answers(answers)):
             others = [a for a in known_addresses(self.endpoints, list(self._routes.values()), answers) if a not in asked]
             if others:
                 with concurrent.futures.ThreadPoolExecutor(min(8, len(others))) as pool:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from . import access
+
 MAX_MESSAGE = 64 * 1024 * 1024 + (1 << 20)
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE),
@@ -63,15 +65,22 @@ def _read(path: str) -> bytes:
 
 
 def sync_channel(address: str, security: Security) -> grpc.Channel:
+    """A channel to ``address``; one written ``access#group`` dials the access point and
+    names the group on every call (access.py)."""
+    dial, group = access.split(address)
     if security.tls:
-        return grpc.secure_channel(address, security.credentials(), options=security.options())
-    return grpc.insecure_channel(address, options=security.options())
+        ch = grpc.secure_channel(dial, security.credentials(), options=security.options())
+    else:
+        ch = grpc.insecure_channel(dial, options=security.options())
+    return grpc.intercept_channel(ch, access.NamingInterceptor(group)) if group else ch
 
 
 def aio_channel(address: str, security: Security) -> grpc.aio.Channel:
+    dial, group = access.split(address)
+    interceptors = access.aio_interceptors(group) if group else None
     if security.tls:
-        return grpc.aio.secure_channel(address, security.credentials(), options=security.options())
-    return grpc.aio.insecure_channel(address, options=security.options())
+        return grpc.aio.secure_channel(dial, security.credentials(), options=security.options(), interceptors=interceptors)
+    return grpc.aio.insecure_channel(dial, options=security.options(), interceptors=interceptors)
 
 
 def split_endpoints(endpoints: str | list[str]) -> list[str]:

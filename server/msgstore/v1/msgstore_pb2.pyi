@@ -572,10 +572,14 @@ class NodeRoute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., ready: _Optional[bool] = ..., queue_ids: _Optional[_Iterable[int]] = ..., group: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., read_enabled: _Optional[bool] = ..., fenced: _Optional[bool] = ..., master_address: _Optional[str] = ..., stale_ms: _Optional[int] = ..., arbiter_master: _Optional[str] = ..., arbiter_epoch: _Optional[int] = ...) -> None: ...
 
 class GetRouteResponse(_message.Message):
-    __slots__ = ("nodes",)
+    __slots__ = ("nodes", "via_access_point", "access_points")
     NODES_FIELD_NUMBER: _ClassVar[int]
+    VIA_ACCESS_POINT_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_POINTS_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeRoute]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeRoute, _Mapping]]] = ...) -> None: ...
+    via_access_point: bool
+    access_points: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeRoute, _Mapping]]] = ..., via_access_point: _Optional[bool] = ..., access_points: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueueKey(_message.Message):
     __slots__ = ("topic", "queue_id")

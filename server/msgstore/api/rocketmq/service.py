@@ -76,6 +76,9 @@ class CallContext:
     def invocation_metadata(self):
         return self.real.invocation_metadata()
 
+    def time_remaining(self) -> float | None:
+        return self.real.time_remaining()
+
 
 class HereContext(CallContext):
     """The context of a call this node makes itself (a renewal): no client behind it."""
@@ -91,6 +94,9 @@ class HereContext(CallContext):
 
     def invocation_metadata(self):
         return ()
+
+    def time_remaining(self) -> float | None:
+        return None
 
 
 def client_id(context) -> str:
@@ -191,7 +197,7 @@ class MessagingService:
 
     # ------------------------------------------------------------------ routes
 
-    async def _brokers(self, topic: str, context) -> list[tuple[Any, list[int]]]:
+    async def _brokers(self, topic: str, context, asked: Any = None) -> list[tuple[Any, list[int]]]:
         """(v2 Broker, queue ids) for each replica group: its ready master with the newest epoch
         (a peer may still remember a deposed one as master). A group whose master is gone and
         not yet replaced keeps its queues, at the address its followers still follow: sends
@@ -212,7 +218,20 @@ class MessagingService:
             out.setdefault(group, known)
         if not masters:
             raise Refusal(d.HA_NOT_AVAILABLE, f"no master serving topic {topic} is ready now (starting, or a failover in progress)")
+        access = self.server.options.access_points
+        if access is not None:  # every broker through the access point the client used (or the configured one)
+            via = asked if asked is not None and asked.addresses else (endpoints(access[0]) if access else None)
+            if via is not None:
+                return [(d.Broker(name=group, id=0, endpoints=via), qids) for group, (_a, qids) in sorted(out.items())]
         return [(d.Broker(name=group, id=0, endpoints=endpoints(address)), qids) for group, (address, qids) in sorted(out.items())]
+
+    async def _on_master(self, method: str, request: Any, context, here: Callable) -> Any:
+        """``here(request)`` on this node's replica group's master: served here when this node
+        is it, else passed on (relay.py) — a client still sending to a deposed master, or one
+        that reached a follower through an access point, is served without an error."""
+        ctx = CallContext(context)
+        answer = await self.server.relay.on_master(self.server._group_name(), method, request, ctx)
+        return answer if answer is not None else await here(request, ctx)
 
     def _known(self, topic: str, field: str = "topic.name") -> str:
         """RocketMQ's proxy answers TOPIC_NOT_FOUND for a topic no send would create."""
@@ -224,7 +243,7 @@ class MessagingService:
     async def QueryRoute(self, request, context):
         topic = self._known(topic_of(request.topic))
         queues = []
-        for broker, qids in await self._brokers(topic, context):
+        for broker, qids in await self._brokers(topic, context, request.endpoints):
             for q in qids:
                 queues.append(
                     d.MessageQueue(
@@ -242,7 +261,7 @@ class MessagingService:
                     topic=d.Resource(name=topic), id=-1, permission=d.READ_WRITE, broker=broker, accept_message_types=ALL_TYPES
                 )
             )
-            for broker, _ in await self._brokers(topic, context)
+            for broker, _ in await self._brokers(topic, context, request.endpoints)
         ]
         return s.QueryAssignmentResponse(status=status(), assignments=assignments)
 
@@ -281,7 +300,7 @@ class MessagingService:
         else:
             entries = self._entries(request, topic, queues)
         try:
-            answer = await self.data.Send(pb.SendRequest(entries=entries), CallContext(context))
+            answer = await self._on_master("Send", pb.SendRequest(entries=entries), context, self.data.Send)
         except v.InvalidArgument as e:
             if "not running on this node" in str(e):  # (starting: a moment later it is; the client retries)
                 raise Refusal(d.INTERNAL_SERVER_ERROR, str(e)) from None
@@ -387,10 +406,14 @@ class MessagingService:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: must be 1 ms to 12 h, got {invisible} ms")
         tag_filter = self._tag_filter(request.filter_expression)
         wait = self._poll_ms(request, context)
-        got = await self.data.Receive(
+        got = await self._on_master(
+            "Receive",
             pb.ReceiveRequest(group=group, topic=topic, max_messages=batch, invisible_ms=invisible, wait_ms=wait, tag_filter=tag_filter),
-            CallContext(context),
+            context,
+            self.data.Receive,
         )
+        if isinstance(got, bytes):
+            got = pb.ReceiveResponse.FromString(got)
         if not got.messages:
             yield s.ReceiveMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
             return

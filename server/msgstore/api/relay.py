@@ -1,0 +1,154 @@
+"""Any node serves any msgstore.v1 call: one hop to the replica group's master (issue 31).
+
+A client that reaches the store through one address (a Service, a port-forward, a load
+balancer; ``serve --access-point``) cannot pick the node that owns a queue, so it names the
+queue's replica group in the call's metadata (``x-msgstore-node``) and whichever node the
+address leads to sends the call on, unchanged, to that group's master: unary calls, server
+streams (Subscribe) and SendStream pass through as bytes, under the caller's deadline and
+credentials. RocketMQ 5's proxy in cluster mode does the same for its clients. A call that was
+forwarded once is served where it lands (never a second hop); a call without the header is
+served here, as before. While a group has no master (a failover), the call waits for the
+election within its deadline instead of failing: clients see the election as latency."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from .auth import TokenSource
+
+if TYPE_CHECKING:
+    from .server import StoreServer
+
+NODE_KEY = "x-msgstore-node"  # the replica group a call is for (set by clients using an access point)
+FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: served where it lands
+PASSED_ON = ("authorization", "x-mq-date-time")  # the caller's credentials travel with the call
+DEFAULT_TIMEOUT_S = 30.0  # a call without a deadline
+MASTER_POLL_S = 0.2
+MASTER_CACHE_S = 0.5
+NEVER_RELAYED = frozenset({"GetRoute"})
+DATA_SERVICE_NAME = "msgstore.v1.MessageStore"  # answered by any node for the whole store
+
+
+class Relay:
+    def __init__(self, server: StoreServer):
+        self.server = server
+        self._masters: dict[str, tuple[float, str | None]] = {}  # group -> (valid until, its master's address)
+
+    async def target(self, context, group: str = "") -> str | None:
+        """Where the call goes: None to serve it here, else the address of the master of its
+        group (``group``, else the one its metadata names). Aborts the call when the group has
+        no master within the call's deadline."""
+        for k, value in context.invocation_metadata() or ():
+            if k == FORWARDED:
+                return None
+            if k == NODE_KEY and not group:
+                group = value
+        server = self.server
+        if not group or (group == server._group_name() and server._broker_delivers()):
+            return None
+        deadline = time.monotonic() + (_timeout(context) or DEFAULT_TIMEOUT_S)
+        while True:
+            address, known = await self._master_of(group)
+            if address is not None:
+                return None if address == server.advertise else address
+            if not known:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"{NODE_KEY}: the store has no replica group {group!r}")
+            if time.monotonic() + MASTER_POLL_S >= deadline or server.stopping:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"replica group {group} has no master now (a failover in progress)")
+            await asyncio.sleep(MASTER_POLL_S)
+
+    async def _master_of(self, group: str) -> tuple[str | None, bool]:
+        """The group's ready, unfenced master of the newest epoch, and whether the group is known."""
+        hit = self._masters.get(group)
+        if hit is not None and time.monotonic() < hit[0]:
+            return hit[1], True
+        server = self.server
+        best = None
+        known = False
+        for n in await server.route("", server.local_route("")):
+            if (n.group or n.name) != group:
+                continue
+            known = True
+            if n.ready and n.role == "MASTER" and not n.fenced and (best is None or n.epoch > best.epoch):
+                best = n
+        address = best.address if best is not None else None
+        if address is not None:
+            self._masters[group] = (time.monotonic() + MASTER_CACHE_S, address)
+        return address, known
+
+    def _metadata(self, context) -> list[tuple[str, str]]:
+        passed = [(k, v) for k, v in context.invocation_metadata() or () if k in PASSED_ON]
+        return [(FORWARDED, "1"), *passed]
+
+    def _own_metadata(self) -> list[tuple[str, str]]:
+        """A call this node makes for an apache.rocketmq.v2 caller it has checked: with the data token."""
+        token = TokenSource.of(self.server.options.data_token)
+        return [(FORWARDED, "1"), *((("authorization", f"Bearer {token.current()}"),) if token else ())]
+
+    async def on_master(self, group: str, method: str, request: Any, context) -> bytes | None:
+        """For the RocketMQ 5 service, whose calls become msgstore.v1 requests: the answer of
+        ``group``'s master to ``request`` (a v1 ``method``), or None to serve it here. A
+        client that still sends to a deposed master (RocketMQ 5 clients refresh routes every
+        30 s) is served by the new one instead of failing until then."""
+        address = await self.target(context, group)
+        if address is None:
+            return None
+        return await self.unary(f"/{DATA_SERVICE_NAME}/{method}", request, context, address, self._own_metadata())
+
+    async def unary(self, path: str, request: Any, context, address: str, metadata: list | None = None) -> bytes:
+        call = self.server._ha_channel(address).unary_unary(path, request_serializer=None, response_deserializer=None)
+        try:
+            return await call(_bytes(request), metadata=metadata or self._metadata(context), timeout=_timeout(context))
+        except grpc.aio.AioRpcError as e:
+            self._forget(address)
+            await context.abort(e.code(), _details(e, address))
+            raise
+
+    async def server_stream(self, path: str, request: Any, context, address: str) -> AsyncIterator[bytes]:
+        call = self.server._ha_channel(address).unary_stream(path, request_serializer=None, response_deserializer=None)
+        try:
+            async for item in call(_bytes(request), metadata=self._metadata(context), timeout=_timeout(context, None)):
+                yield item
+        except grpc.aio.AioRpcError as e:
+            self._forget(address)
+            await context.abort(e.code(), _details(e, address))
+
+    async def bidi(self, path: str, requests, context, address: str) -> None:
+        """A bidirectional stream passed through: requests on as they come, answers back."""
+        call = self.server._ha_channel(address).stream_stream(path, request_serializer=None, response_deserializer=None)
+
+        async def upstream():
+            async for r in requests:
+                yield _bytes(r)
+
+        try:
+            async for answer in call(upstream(), metadata=self._metadata(context), timeout=_timeout(context, None)):
+                await context.write(answer)
+        except grpc.aio.AioRpcError as e:
+            self._forget(address)
+            await context.abort(e.code(), _details(e, address))
+
+    def _forget(self, address: str) -> None:
+        """A master that failed a call is looked up again for the next one."""
+        for group, (_until, a) in list(self._masters.items()):
+            if a == address:
+                self._masters.pop(group, None)
+
+
+def _bytes(request: Any) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+def _timeout(context, default: float | None = DEFAULT_TIMEOUT_S) -> float | None:
+    """The caller's deadline, passed on (``default`` when it set none)."""
+    left = context.time_remaining()
+    return default if left is None else max(0.001, left)
+
+
+def _details(e: grpc.aio.AioRpcError, address: str) -> str:
+    return f"{e.details()} (forwarded to {address})"

@@ -1,0 +1,121 @@
+"""Issue 31: clients reach the store through one address. A plain TCP forwarder stands for a
+Service or ``kubectl port-forward``: the nodes advertise addresses the client cannot reach (pod
+IPs), and with ``serve --access-point`` routes name the address the client used, and whichever
+node that address leads to forwards each call to the node that serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import pytest
+from rocketmq import Producer
+
+from msgstore.client import AsyncClient, Client, Consumer, OutMessage, QueueRef, StoreError
+from tests.api import test_cli as cli
+from tests.rocketmq.conftest import config, started
+from tests.rocketmq.test_official_client import message, receive_all, simple
+from tests.support.servers import ServerProcess, free_port
+from tests.support.tcp_forwarder import TcpForwarder
+
+UNREACHABLE = "--advertise"  # each node advertises a port nothing listens on: as a pod IP seen from a laptop
+
+
+@pytest.fixture
+def forwarders():
+    made: list[TcpForwarder] = []
+
+    def make(backend: str) -> TcpForwarder:
+        made.append(TcpForwarder(backend))
+        return made[-1]
+
+    yield make
+    for f in made:
+        f.close()
+
+
+def behind(servers, name: str, *args: str) -> ServerProcess:
+    return servers(name, args=[UNREACHABLE, f"127.0.0.1:{free_port()}", *args])
+
+
+def test_the_chart_notes_recipe_fails_without_an_access_point_and_works_with_one(servers, forwarders):
+    direct = forwarders(behind(servers, "direct").address)
+    out = cli.run("send", "demo", "hello", "--server", direct.address, check=False)
+    assert out.returncode != 0 and "UNAVAILABLE" in out.stderr.decode()  # routes name the node's own (unreachable) address
+
+    fwd = forwarders(behind(servers, "ap", "--access-point").address)
+    s = ["--server", fwd.address]
+    assert "PUT_OK" in cli.run("send", "demo", "hello", *s).stdout.decode()
+    assert "hello" in cli.run("pull", "demo", *s).stdout.decode()
+    with Client(fwd.address, timeout=10) as c:
+        results = c.send_batch("demo", [OutMessage(b"m%d" % i) for i in range(20)])
+        assert results.all_ok, results.statuses()
+        consumer = Consumer(c, "readers", "demo")
+        got = []
+        while len(got) < 21 and (batch := consumer.poll(timeout=2)):
+            got += [m.body for m in batch]
+        assert sorted(got) == sorted([b"hello", *(b"m%d" % i for i in range(20))])
+
+    async def through_asyncio() -> tuple[bool, int]:
+        async with AsyncClient(fwd.address, timeout=10) as ac:
+            results = await ac.send_batch("demo", [OutMessage(b"a%d" % i) for i in range(5)])
+            return results.all_ok, len(results)
+
+    assert asyncio.run(through_asyncio()) == (True, 5)
+
+
+def test_the_official_client_sends_and_receives_through_one_address(servers, forwarders):
+    fwd = forwarders(behind(servers, "ap", "--access-point").address)
+    cfg = config(fwd.address)
+    with started(Producer(cfg, ("orders",))) as producer:
+        ids = {producer.send(message("orders", b"o%d" % i)).message_id for i in range(10)}
+    assert len(ids) == 10
+    with started(simple(cfg, "billing", "orders", 2)) as consumer:
+        got = receive_all(consumer, 10)
+        for m in got:
+            consumer.ack(m)
+    assert sorted(m.body for m in got) == sorted(b"o%d" % i for i in range(10))
+    assert fwd.connections >= 1
+
+
+def test_a_node_that_owns_none_of_the_queues_serves_them_all(cluster, forwarders, servers):
+    """Three nodes, each its own replica group with its own queues of the topic; the address
+    the clients use leads to store-2 only: what belongs to store-0 and store-1 is forwarded."""
+    # the same cluster, started again with an access point (the fixture's nodes know each other)
+    for n in cluster:
+        n.kill()
+    for n in cluster:
+        n.extra += ["--access-point"]
+        n.start(wait=False)
+    for n in cluster:
+        n.wait_serving()
+    fwd = forwarders(cluster[2].address)
+    with Client(fwd.address, timeout=10) as c:
+        results = [c.send("spread", b"s%d" % i) for i in range(48)]  # round robin over every node's queues
+        assert {r.status for r in results} == {"PUT_OK"}
+        by_node = collections.Counter(r.node for r in results)
+        assert set(by_node) == {"store-0", "store-1", "store-2"}
+        assert all(a.startswith(f"{fwd.address}#") for a in c._channels if a != fwd.address)  # no node dialled directly
+        # the messages are where the results say: read at each node's own address
+        with Client(cluster[0].address, timeout=10) as direct:
+            held = direct.pull("spread", QueueRef("store-0", cluster[0].address, 0), 0, max_messages=100).messages
+        assert held and all(m.body.startswith(b"s") for m in held)
+        # and everything reads back through the one address, with offsets committed on each owner
+        consumer = Consumer(c, "all", "spread")
+        got = []
+        while len(got) < 48 and (batch := consumer.poll(timeout=2)):
+            got += [m.body for m in batch]
+            consumer.commit()
+        assert sorted(got) == sorted(b"s%d" % i for i in range(48))
+    with Client(cluster[0].address, timeout=10) as direct:
+        committed = sum(direct.committed("all", "spread", QueueRef("store-0", cluster[0].address, q)) for q in range(8))
+    assert committed == by_node["store-0"]
+
+
+def test_a_call_naming_a_group_the_store_does_not_have_is_refused(servers, forwarders):
+    fwd = forwarders(behind(servers, "ap", "--access-point").address)
+    with Client(f"{fwd.address}", timeout=10) as c:
+        c.route("demo")
+        with pytest.raises(StoreError) as e:
+            c.pull("demo", QueueRef("nobody", f"{fwd.address}#nobody", 0), 0)
+    assert "no replica group 'nobody'" in str(e.value)

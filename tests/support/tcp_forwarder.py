@@ -1,0 +1,66 @@
+"""A plain TCP forwarder on 127.0.0.1, standing for what users put in front of a store (a
+Service, ``kubectl port-forward``, a load balancer): it knows one backend at a time and nothing
+of gRPC. ``point_at`` moves new connections elsewhere (a Service's endpoints changing)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class TcpForwarder:
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.connections = 0
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="tcp-forwarder").start()
+
+    def point_at(self, backend: str) -> None:
+        self.backend = backend
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            host, _, port = self.backend.rpartition(":")
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=5)
+            except OSError:
+                client.close()  # (a backend down: the connection is refused, as a Service without endpoints)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self.connections += 1
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+        with self._lock:
+            for s in self._open:
+                try:
+                    s.close()
+                except OSError:
+                    pass
