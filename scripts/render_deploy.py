@@ -41,6 +41,7 @@ def render_chart() -> dict[str, str]:
         values = json.load(f)
     values["properties"]["store"]["properties"]["config"] = crd.values_store_config()
     values["properties"]["store"]["properties"]["replication"] = crd.values_replication()
+    values["properties"]["store"]["properties"]["access"] = crd.values_access()
     return {
         "charts/msgstore/crds/messagestores.msgstore.io.yaml": text,
         "charts/msgstore/values.schema.json": json.dumps(values, indent=2) + "\n",

@@ -93,8 +93,43 @@ def spec_schema() -> dict[str, Any]:
             },
             "podDisruptionBudget": {"type": "object", "properties": {"maxUnavailable": {"type": "integer", "minimum": 0, "default": 1}}},
             "replication": replication_schema(),
+            "access": access_schema(),
         },
     }
+
+
+def access_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "How clients reach the store: the client Service in front of every pod, and whether routes name it.",
+        "properties": {
+            "mode": {
+                "type": "string",
+                "enum": ["AccessPoint", "Direct"],
+                "default": "AccessPoint",
+                "description": "AccessPoint: routes name the address a client used (the Service, a port-forward, a load "
+                "balancer) and the pod it reaches forwards each call to the queue's master; clients outside the "
+                "cluster and RocketMQ 5 clients need only that address, and a failover is latency, not errors. "
+                "Direct: routes name each pod's own address (one hop less; clients must reach every pod).",
+            },
+            "serviceType": {
+                "type": "string",
+                "enum": ["ClusterIP", "NodePort", "LoadBalancer"],
+                "default": "ClusterIP",
+                "description": "The client Service's type.",
+            },
+            "serviceAnnotations": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Annotations of the client Service (a cloud load balancer's settings).",
+            },
+        },
+    }
+
+
+def values_access() -> dict[str, Any]:
+    """The chart's ``store.access`` in values.schema.json: spec.access's fields."""
+    return {**access_schema(), "additionalProperties": False}
 
 
 def replication_schema() -> dict[str, Any]:
@@ -217,4 +252,4 @@ def values_replication() -> dict[str, Any]:
     return {**schema, "additionalProperties": False}
 
 
-__all__ = ["definition", "values_store_config", "values_replication", "KEYS"]
+__all__ = ["definition", "values_store_config", "values_replication", "values_access", "KEYS"]

@@ -33,7 +33,7 @@ LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker", "msgstore.io/finali
 # where a live object's fields may be changed (the rest is immutable or owned by the cluster)
 MUTABLE = {
     "StatefulSet": ("spec.replicas", "spec.template", "spec.updateStrategy", "spec.persistentVolumeClaimRetentionPolicy"),
-    "Service": ("spec.ports", "spec.selector", "spec.publishNotReadyAddresses"),
+    "Service": ("spec.type", "spec.ports", "spec.selector", "spec.publishNotReadyAddresses", "metadata.annotations"),
     "ConfigMap": ("data",),
     "PodDisruptionBudget": ("spec.maxUnavailable", "spec.selector"),
     "ServiceAccount": (),

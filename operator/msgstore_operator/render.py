@@ -110,12 +110,16 @@ def headless_service(spec: Spec) -> dict[str, Any]:
 
 
 def client_service(spec: Spec) -> dict[str, Any]:
+    """Where clients connect: every pod behind it; with spec.access AccessPoint, routes name it."""
+    meta = _meta(spec, spec.name)
+    if spec.service_annotations:
+        meta["annotations"] = {**meta.get("annotations", {}), **spec.service_annotations}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(spec, spec.name),
+        "metadata": meta,
         "spec": {
-            "type": "ClusterIP",
+            "type": spec.service_type,
             "selector": dict(spec.selector),
             "ports": [
                 {"name": "grpc", "port": spec.port, "targetPort": "grpc", "protocol": "TCP"},
@@ -163,6 +167,8 @@ def container_args(spec: Spec) -> list[str]:
         args += ["--admin-token-file", f"{ADMIN_DIR}/{spec.admin_secret.get('key', 'token')}"]
     if spec.replication.enabled:
         args += ["--roles-file", f"{ROLES_DIR}/roles.json"]
+    if spec.access_point:
+        args += ["--access-point"]
     return args
 
 

@@ -90,6 +90,9 @@ class Spec:
     max_unavailable: int
     annotations: dict = field(default_factory=dict)
     replication: Replication = field(default_factory=Replication)
+    access_point: bool = True  # spec.access.mode AccessPoint: routes name the address clients used (serve --access-point)
+    service_type: str = "ClusterIP"
+    service_annotations: dict = field(default_factory=dict)
 
     @property
     def pods(self) -> int:
@@ -211,7 +214,18 @@ def parse(body: Mapping[str, Any]) -> Spec:
         max_unavailable=int(pdb.get("maxUnavailable", 1)),
         annotations=dict(meta.get("annotations") or {}),
         replication=replication,
+        **_access(spec.get("access") or {}),
     )
+
+
+def _access(a: Mapping[str, Any]) -> dict[str, Any]:
+    mode = str(a.get("mode", "AccessPoint"))
+    if mode not in ("AccessPoint", "Direct"):
+        raise SpecError("spec.access.mode", f"must be AccessPoint or Direct, got {mode!r}")
+    kind = str(a.get("serviceType", "ClusterIP"))
+    if kind not in ("ClusterIP", "NodePort", "LoadBalancer"):
+        raise SpecError("spec.access.serviceType", f"must be ClusterIP, NodePort or LoadBalancer, got {kind!r}")
+    return {"access_point": mode == "AccessPoint", "service_type": kind, "service_annotations": dict(a.get("serviceAnnotations") or {})}
 
 
 def _replication(r: Mapping[str, Any]) -> Replication:

@@ -169,6 +169,27 @@ def test_helm_test_hook_sends_and_reads_a_message_from_the_sample_store():
     assert specmod.parse(store).admin_secret == {"name": "orders-admin"}
 
 
+def test_client_access_defaults_to_the_access_point_and_the_service_type_is_a_value():
+    """Issue 31: the chart's store is reached through its client Service (routes name the address
+    a client used); Direct keeps the pods' own addresses; the Service's type and annotations are values."""
+    (store,) = [d for d in docs(helm("template", "r1", CHART, *SAMPLE_VALUES).stdout) if d["kind"] == "MessageStore"]
+    assert store["spec"]["access"] == {"mode": "AccessPoint", "serviceType": "ClusterIP", "serviceAnnotations": {}}
+    spec = specmod.parse({**store, "metadata": {**store["metadata"], "uid": "u"}})
+    assert "--access-point" in render.container_args(spec)
+    assert render.client_service(spec)["spec"]["type"] == "ClusterIP"
+    lb = [*SAMPLE_VALUES, "--set", "store.access.mode=Direct", "--set", "store.access.serviceType=LoadBalancer"]
+    lb += ["--set-string", "store.access.serviceAnnotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-internal=true"]
+    (store,) = [d for d in docs(helm("template", "r1", CHART, *lb).stdout) if d["kind"] == "MessageStore"]
+    spec = specmod.parse({**store, "metadata": {**store["metadata"], "uid": "u"}})
+    assert "--access-point" not in render.container_args(spec)
+    svc = render.client_service(spec)
+    assert svc["spec"]["type"] == "LoadBalancer"
+    assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
+    validate(svc)
+    with pytest.raises(specmod.SpecError, match="spec.access.mode"):
+        specmod.parse({**store, "spec": {**store["spec"], "access": {"mode": "Sideways"}}})
+
+
 @pytest.mark.parametrize(
     "values, field",
     [
@@ -181,6 +202,8 @@ def test_helm_test_hook_sends_and_reads_a_message_from_the_sample_store():
         (["--set", "store.replicaz=3"], "replicaz"),
         (["--set", "store.replication.mode=SOMETIMES"], "mode"),
         (["--set", "store.replication.replicas=0"], "replicas"),
+        (["--set", "store.access.mode=Sideways"], "mode"),
+        (["--set", "store.access.serviceType=Ingress"], "serviceType"),
     ],
 )
 def test_values_schema_rejects_bad_values_naming_the_field(values, field):
@@ -235,6 +258,8 @@ def test_samples_validate_and_the_operator_output_for_them_validates(sample):
         ({"imagePullPolicy": "Sometimes"}, "imagePullPolicy"),
         ({"replication": {"replicas": 0}}, "replicas"),
         ({"replication": {"mode": "EVENTUALLY"}}, "mode"),
+        ({"access": {"mode": "Sideways"}}, "mode"),
+        ({"access": {"serviceType": "Ingress"}}, "serviceType"),
     ],
 )
 def test_crd_schema_rejects_bad_values(change, message):

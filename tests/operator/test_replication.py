@@ -47,7 +47,8 @@ async def test_a_master_not_ready_is_failed_over_and_rejoins_as_a_follower(env):
 
     c = client(env)
     route = await asyncio.to_thread(c.route, "orders", True)  # (blocking calls in threads: kmock serves from this loop)
-    assert [n.name for n in route.nodes] == ["orders-g0"] and route.nodes[0].address == env.cluster.containers["orders-0"].address
+    assert [n.name for n in route.nodes] == ["orders-g0"] and [m.name for m in route.nodes[0].members if m.role == "MASTER"] == ["orders-0"]
+    assert route.nodes[0].address.endswith("#orders-g0")  # spec.access AccessPoint (the default): through the address asked
     acked: dict = {}
 
     def send(tag: bytes, batches: int) -> None:
