@@ -214,3 +214,23 @@ def test_messages_sent_with_rocketmqs_official_client_are_read_by_the_source(spa
         i = sent[props["UNIQ_KEY"]]  # the official client's message id
         assert r.body == b"parcel-%d" % i and r.tags == "eu" and f"parcel-{i}" in r.keys and props["carrier"] == "dhl"
         assert props.get("__SHARDINGKEY") == ("truck-1" if i % 2 else None)
+
+
+def test_the_live_input_reads_through_one_address(spark, tmp_path):
+    """Issue 31: a store reached only through an access point (a port-forward, a Service): the
+    nodes advertise addresses Spark cannot reach, and every partition reads through the one it can."""
+    from tests.support.servers import free_port
+    from tests.support.tcp_forwarder import TcpForwarder
+
+    node = ServerProcess(str(tmp_path / "data"), name="behind", args=["--advertise", f"127.0.0.1:{free_port()}", "--access-point"])
+    node.start()
+    fwd = TcpForwarder(node.address)
+    try:
+        with Client(fwd.address) as c:
+            fill(c, "orders", 400)
+        df = spark.read.format("msgstore").option("endpoints", fwd.address).option("topics", "orders").load()
+        assert df.count() == 400
+        assert sorted(r.body[:12] for r in df.select("body").collect()) == sorted(b"body-%06d-" % i for i in range(400))
+    finally:
+        fwd.close()
+        node.kill()

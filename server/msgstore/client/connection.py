@@ -98,6 +98,10 @@ def check_endpoint(address: str) -> str:
     ``unix:...``) pass as they are."""
     if "://" in address or address.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
         return address
+    dial, group = access.split(address)  # (a route's address through an access point: access#group)
+    if group:
+        check_endpoint(dial)
+        return address
     host, sep, port = address.rpartition(":")
     if not sep or not host or host in ("[]",):
         raise ValueError(f"address {address!r}: expected host:port")
