@@ -78,10 +78,8 @@ def test_the_official_client_sends_and_receives_through_one_address(servers, for
     assert fwd.connections >= 1
 
 
-def test_a_node_that_owns_none_of_the_queues_serves_them_all(cluster, forwarders, servers):
-    """Three nodes, each its own replica group with its own queues of the topic; the address
-    the clients use leads to store-2 only: what belongs to store-0 and store-1 is forwarded."""
-    # the same cluster, started again with an access point (the fixture's nodes know each other)
+def with_access_point(cluster) -> list[ServerProcess]:
+    """The cluster fixture's three nodes (each its own replica group), started again with --access-point."""
     for n in cluster:
         n.kill()
     for n in cluster:
@@ -89,6 +87,13 @@ def test_a_node_that_owns_none_of_the_queues_serves_them_all(cluster, forwarders
         n.start(wait=False)
     for n in cluster:
         n.wait_serving()
+    return cluster
+
+
+def test_a_node_that_owns_none_of_the_queues_serves_them_all(cluster, forwarders, servers):
+    """Three nodes, each its own replica group with its own queues of the topic; the address
+    the clients use leads to store-2 only: what belongs to store-0 and store-1 is forwarded."""
+    with_access_point(cluster)
     fwd = forwarders(cluster[2].address)
     with Client(fwd.address, timeout=10) as c:
         results = [c.send("spread", b"s%d" % i) for i in range(48)]  # round robin over every node's queues
@@ -119,3 +124,27 @@ def test_a_call_naming_a_group_the_store_does_not_have_is_refused(servers, forwa
         with pytest.raises(StoreError) as e:
             c.pull("demo", QueueRef("nobody", f"{fwd.address}#nobody", 0), 0)
     assert "no replica group 'nobody'" in str(e.value)
+
+
+def test_a_fifo_message_group_keeps_one_queue_whichever_node_the_address_leads_to(cluster, forwarders):
+    """As RocketMQ's proxy: through an access point the queue of a message group is chosen over
+    every replica group's queues, so producers whose connections reach different nodes (a
+    Service balancing connections) still put one message group in one queue, in order."""
+    with_access_point(cluster)
+    fwd = forwarders(cluster[0].address)
+    bodies = []
+    for turn, node in enumerate(cluster):
+        fwd.point_at(node.address)  # new connections reach another node
+        with started(Producer(config(fwd.address), ("fifo",))) as producer:
+            for i in range(5):
+                m = message("fifo", b"k-%d-%d" % (turn, i))
+                m.message_group = "customer-7"
+                producer.send(m)
+                bodies.append(m.body)
+    with Client(cluster[0].address, timeout=10) as c:
+        holding = []
+        for q in c.route("fifo", refresh=True).queues:
+            got = [m.body for m in c.pull("fifo", q, 0, max_messages=100).messages]
+            if got:
+                holding.append((q.node, q.queue_id, got))
+    assert len(holding) == 1 and holding[0][2] == bodies, holding

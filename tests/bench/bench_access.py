@@ -32,9 +32,7 @@ def _pair(workdir: str) -> list[ServerProcess]:
     for i, port in enumerate(ports):
         root = tempfile.mkdtemp(dir=workdir)
         other = ports[1 - i]
-        node = ServerProcess(
-            os.path.join(root, "data"), port=port, name=f"n{i}", args=["--peers", f"127.0.0.1:{other}", "--access-point"]
-        )
+        node = ServerProcess(os.path.join(root, "data"), port=port, name=f"n{i}", args=["--peers", f"127.0.0.1:{other}", "--access-point"])
         node.settings = []  # the store's defaults, not the test harness's small files
         nodes.append(node)
     for n in nodes:

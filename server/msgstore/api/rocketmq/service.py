@@ -225,13 +225,37 @@ class MessagingService:
                 return [(d.Broker(name=group, id=0, endpoints=via), qids) for group, (_a, qids) in sorted(out.items())]
         return [(d.Broker(name=group, id=0, endpoints=endpoints(address)), qids) for group, (address, qids) in sorted(out.items())]
 
-    async def _on_master(self, method: str, request: Any, context, here: Callable) -> Any:
-        """``here(request)`` on this node's replica group's master: served here when this node
-        is it, else passed on (relay.py) — a client still sending to a deposed master, or one
-        that reached a follower through an access point, is served without an error."""
+    async def _on_master(self, method: str, request: Any, context, here: Callable, group: str = "") -> Any:
+        """``here(request)`` on the master of ``group`` (default this node's): served here when
+        this node is it, else passed on (relay.py) — a client still sending to a deposed
+        master, or one that reached a follower through an access point, is served without an
+        error."""
         ctx = CallContext(context)
-        answer = await self.server.relay.on_master(self.server._group_name(), method, request, ctx)
+        answer = await self.server.relay.on_master(group or self.server._group_name(), method, request, ctx)
         return answer if answer is not None else await here(request, ctx)
+
+    async def _fifo_placement(self, topic: str, request: Any, context) -> tuple[str, list[int]] | None:
+        """Through an access point with several replica groups, a FIFO message group's queue is
+        chosen over every group's queues, as RocketMQ's proxy does: it stays in one queue
+        whichever node the client's connection reaches. (group, queue per message); None:
+        this node's group decides (no access point, one group, or no message group)."""
+        if self.server.options.access_points is None:
+            return None
+        keys = [m.system_properties.message_group if m.system_properties.HasField("message_group") else "" for m in request.messages]
+        if not any(keys):
+            return None
+        brokers = await self._brokers(topic, context)
+        if len(brokers) < 2:
+            return None
+        pairs = [(b.name, q) for b, qids in brokers for q in qids]
+        first = pairs[zlib.crc32(next(k for k in keys if k).encode()) % len(pairs)]
+        out = []
+        for i, key in enumerate(keys):
+            group, q = pairs[zlib.crc32(key.encode()) % len(pairs)] if key else first
+            if group != first[0]:
+                raise Refusal(d.BAD_REQUEST, f"messages[{i}].system_properties.message_group: a batch goes to one message group")
+            out.append(q)
+        return first[0], out
 
     def _known(self, topic: str, field: str = "topic.name") -> str:
         """RocketMQ's proxy answers TOPIC_NOT_FOUND for a topic no send would create."""
@@ -294,13 +318,14 @@ class MessagingService:
         for i, m in enumerate(request.messages):
             if i and topic_of(m.topic, f"messages[{i}].topic") != topic:
                 raise Refusal(d.BAD_REQUEST, f"messages[{i}].topic: a batch goes to one topic ({topic}), got {m.topic.name}")
-        queues = [self._queue_for(topic, m) for m in request.messages]
+        placed = await self._fifo_placement(topic, request, context)
+        group, queues = placed if placed is not None else (self.server._group_name(), [self._queue_for(topic, m) for m in request.messages])
         if any(messages.compressed(m) for m in request.messages):  # (inflating is work: off the loop)
             entries = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._entries, request, topic, queues)
         else:
             entries = self._entries(request, topic, queues)
         try:
-            answer = await self._on_master("Send", pb.SendRequest(entries=entries), context, self.data.Send)
+            answer = await self._on_master("Send", pb.SendRequest(entries=entries), context, self.data.Send, group)
         except v.InvalidArgument as e:
             if "not running on this node" in str(e):  # (starting: a moment later it is; the client retries)
                 raise Refusal(d.INTERNAL_SERVER_ERROR, str(e)) from None
