@@ -30,6 +30,7 @@ PASSED_ON = ("authorization", "x-mq-date-time")  # the caller's credentials trav
 DEFAULT_TIMEOUT_S = 30.0  # a call without a deadline
 MASTER_POLL_S = 0.2
 MASTER_CACHE_S = 0.5
+UNKNOWN_GRACE_S = 2.0  # a group no route names yet: looked for this long before NOT_FOUND
 NEVER_RELAYED = frozenset({"GetRoute"})
 DATA_SERVICE_NAME = "msgstore.v1.MessageStore"  # answered by any node for the whole store
 
@@ -51,12 +52,13 @@ class Relay:
         server = self.server
         if not group or (group == server._group_name() and server._broker_delivers()):
             return None
-        deadline = time.monotonic() + (_timeout(context) or DEFAULT_TIMEOUT_S)
+        start = time.monotonic()
+        deadline = start + (_timeout(context) or DEFAULT_TIMEOUT_S)
         while True:
             address, known = await self._master_of(group)
             if address is not None:
                 return None if address == server.advertise else address
-            if not known:
+            if not known and time.monotonic() - start >= UNKNOWN_GRACE_S:  # (not a peer that has yet to answer)
                 await context.abort(grpc.StatusCode.NOT_FOUND, f"{NODE_KEY}: the store has no replica group {group!r}")
             if time.monotonic() + MASTER_POLL_S >= deadline or server.stopping:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"replica group {group} has no master now (a failover in progress)")
