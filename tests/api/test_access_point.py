@@ -148,3 +148,18 @@ def test_a_fifo_message_group_keeps_one_queue_whichever_node_the_address_leads_t
             if got:
                 holding.append((q.node, q.queue_id, got))
     assert len(holding) == 1 and holding[0][2] == bodies, holding
+
+
+def test_a_route_listing_several_access_points_skips_one_that_does_not_answer(tmp_path, forwarders):
+    """``--access-point A,B``: clients dial both as one gRPC target, and gRPC moves past a dead one."""
+    dead = f"127.0.0.1:{free_port()}"
+    node = ServerProcess(str(tmp_path / "two-points"), name="two-points")
+    fwd = forwarders(node.address)  # (the node's port is chosen before it starts)
+    node.extra = [UNREACHABLE, f"127.0.0.1:{free_port()}", "--access-point", f"{dead},{fwd.address}"]
+    node.start()
+    try:
+        with Client(fwd.address, timeout=10) as c:
+            assert c.send("demo", b"through the second").status == "PUT_OK"
+            assert c.route("demo").nodes[0].address == f"ipv4:{dead},{fwd.address}#two-points"
+    finally:
+        node.kill()

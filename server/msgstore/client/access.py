@@ -47,7 +47,22 @@ def access_of(resp: Any, asked: str) -> str | None:
     """The access point a GetRoute answer tells this client to use (None: nodes' own addresses)."""
     if not resp.via_access_point:
         return None
-    return resp.access_points[0] if resp.access_points else split(asked)[0]
+    return target(list(resp.access_points)) if resp.access_points else split(asked)[0]
+
+
+def target(points: list[str]) -> str:
+    """One gRPC target for several access points: IPv4 addresses become one ``ipv4:`` target, so
+    gRPC itself skips one that does not answer (pick_first); otherwise the first (a DNS name
+    balances by itself)."""
+    if len(points) > 1 and all(_ipv4(p) for p in points):
+        return "ipv4:" + ",".join(points)
+    return points[0]
+
+
+def _ipv4(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    parts = host.split(".")
+    return port.isdigit() and len(parts) == 4 and all(x.isdigit() and int(x) < 256 for x in parts)
 
 
 class _Details(
