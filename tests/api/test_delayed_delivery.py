@@ -14,7 +14,7 @@ import time
 import grpc
 import pytest
 
-from msgstore.client import Client, StoreError
+from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.routing import QueueRef
 from tests.support.servers import ROOT, wait_until
 
@@ -138,9 +138,13 @@ def test_a_recall_holds_across_a_restart(servers):
 
 def test_a_delay_to_a_topic_that_cannot_exist_is_refused_at_once(servers):
     node = servers("no-auto", settings=["autoCreateTopicEnable=false"])
-    with Client(node.address, timeout=10) as c, pytest.raises(StoreError) as e:
-        c.send("nowhere", b"x", delay=5)
-    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "entries[0].topic" in e.value.details
+    with Client(node.address, timeout=10) as c:
+        with pytest.raises(StoreError) as e:  # the client's route lookup already says so (issue 31)
+            c.send("nowhere", b"x", delay=5)
+        assert e.value.code == grpc.StatusCode.NOT_FOUND and "no topic nowhere" in e.value.details
+        with pytest.raises(StoreError) as e:  # and a Send naming it anyway is refused by the server, naming the field
+            c.send_entries(node.address, [OutMessage(b"x", properties={"TIMER_DELAY_SEC": "5"}).entry("nowhere", 0)])
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "entries[0].topic" in e.value.details
 
 
 def test_a_sigkill_with_messages_pending_loses_none_and_repeats_none_twice(servers):

@@ -15,7 +15,7 @@ from . import validation as v
 from .ha_service import RoleHandlers
 
 if TYPE_CHECKING:
-    from .server import StoreServer
+    from .member import Member
 
 
 def _strings(d: dict[str, Any]) -> dict[str, str]:
@@ -23,7 +23,7 @@ def _strings(d: dict[str, Any]) -> dict[str, str]:
 
 
 class ControlPlane(RoleHandlers):
-    def __init__(self, server: StoreServer):
+    def __init__(self, server: Member):
         self.server = server
 
     @property

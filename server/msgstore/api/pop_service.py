@@ -21,7 +21,7 @@ from .convert import message_to_pb
 from .scheduled import broker_taking_office
 
 if TYPE_CHECKING:
-    from .server import StoreServer
+    from .member import Member
 
 DEFAULT_INVISIBLE_MS = 30_000
 MAX_INVISIBLE_MS = 12 * 3_600_000  # RocketMQ's limit too
@@ -37,7 +37,7 @@ def _received(d: Delivery) -> pb.ReceivedMessage:
 class PopHandlers:
     """Mixed into the data plane: ``self.server``, ``self._ready``."""
 
-    server: StoreServer
+    server: Member
 
     async def _pop_master(self, context) -> None:
         await self._ready(context)  # type: ignore[attr-defined]

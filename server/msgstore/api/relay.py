@@ -15,14 +15,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
+from ..v1 import msgstore_pb2
 from .auth import TokenSource
 
-if TYPE_CHECKING:
-    from .server import StoreServer
+
+class Host(Protocol):
+    """What the relay needs of the member it runs in (member.py's Member)."""
+
+    options: Any
+    advertise: str
+    stopping: bool
+
+    def _group_name(self) -> str: ...
+    def _broker_delivers(self) -> bool: ...
+    def _ha_channel(self, address: str) -> grpc.aio.Channel: ...
+    def local_route(self, topic: str) -> msgstore_pb2.NodeRoute: ...
+    async def route(self, topic: str, local: msgstore_pb2.NodeRoute) -> list[msgstore_pb2.NodeRoute]: ...
+
 
 NODE_KEY = "x-msgstore-node"  # the replica group a call is for (set by clients using an access point)
 FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: served where it lands
@@ -31,12 +44,12 @@ DEFAULT_TIMEOUT_S = 30.0  # a call without a deadline
 MASTER_POLL_S = 0.2
 MASTER_CACHE_S = 0.5
 UNKNOWN_GRACE_S = 2.0  # a group no route names yet: looked for this long before NOT_FOUND
-NEVER_RELAYED = frozenset({"GetRoute"})
-DATA_SERVICE_NAME = "msgstore.v1.MessageStore"  # answered by any node for the whole store
+NEVER_RELAYED = frozenset({"GetRoute"})  # answered by any node for the whole store
+DATA_SERVICE_NAME = "msgstore.v1.MessageStore"
 
 
 class Relay:
-    def __init__(self, server: StoreServer):
+    def __init__(self, server: Host):
         self.server = server
         self._masters: dict[str, tuple[float, str | None]] = {}  # group -> (valid until, its master's address)
 

@@ -28,7 +28,7 @@ from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 
 if TYPE_CHECKING:
-    from .server import StoreServer
+    from .member import Member
 
 TRANSACTION_PREFIX = "tx:"  # (in the handles map: a transaction id, not a recall handle)
 
@@ -41,7 +41,7 @@ BROKER_HANDLED: tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[bytes, ...]] =
 )
 
 
-def _check_destination(server: StoreServer, m: codec.Message, i: int) -> None:
+def _check_destination(server: Member, m: codec.Message, i: int) -> None:
     """The real topic and queue of a message that waits in a system topic: checked now, not
     when it is due (or committed)."""
     if server.store.topics.get(m.topic) is None and not server.store.config.autoCreateTopicEnable:
@@ -51,7 +51,7 @@ def _check_destination(server: StoreServer, m: codec.Message, i: int) -> None:
         raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
 
 
-def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int, str]:
+def schedule_entries(server: Member, msgs: list[codec.Message]) -> dict[int, str]:
     """Move every message that asks for a delay to its system topic (in place); the recall
     handles of timer messages by entry index. Raises InvalidArgument naming the field."""
     handles: dict[int, str] = {}
@@ -76,7 +76,7 @@ def schedule_entries(server: StoreServer, msgs: list[codec.Message]) -> dict[int
     return handles
 
 
-def _half(server: StoreServer, msgs: list[codec.Message], i: int) -> str:
+def _half(server: Member, msgs: list[codec.Message], i: int) -> str:
     """A transactional half message to its system topic (in place); its transaction id."""
     m = msgs[i]
     if is_system_topic(m.topic):
@@ -99,7 +99,7 @@ def _half(server: StoreServer, msgs: list[codec.Message], i: int) -> str:
     return RecallHandle(m.topic, 0, uniq, group_name).encode()
 
 
-async def broker_taking_office(server: StoreServer, timeout: float = 3.0) -> bool:
+async def broker_taking_office(server: Member, timeout: float = 3.0) -> bool:
     """The broker services are loaded on this master (they are within a second of a
     promotion: asked to look now, and awaited that long)."""
     broker = server.broker
@@ -119,7 +119,7 @@ async def broker_taking_office(server: StoreServer, timeout: float = 3.0) -> boo
 class RecallHandlers:
     """Mixed into the data plane: ``self.server``."""
 
-    server: StoreServer
+    server: Member
 
     async def Recall(self, request: pb.RecallRequest, context) -> pb.RecallResponse:
         await self._ready(context)  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, sched
 from .transaction_service import TransactionHandlers
 
 if TYPE_CHECKING:
-    from .server import StoreServer
+    from .member import Member
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Pulled:
 
 
 class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers):
-    def __init__(self, server: StoreServer):
+    def __init__(self, server: Member):
         self.server = server
 
     @property

@@ -5,65 +5,24 @@ over its Telemetry stream). Served by a group's master."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import TYPE_CHECKING
 
 import grpc
 
-from ..broker.system_topics import PROP_REAL_QID, PROP_REAL_TOPIC
-from ..broker.transactions import CommitRefused, Half, TransactionUnavailable, TransactionUnknown
-from ..record.codec import StoredMessage
+from ..broker.transactions import CommitRefused, TransactionUnavailable, TransactionUnknown
 from ..record.recall_handle import RecallHandle
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
-from .convert import message_to_pb
 from .scheduled import broker_taking_office
 
 if TYPE_CHECKING:
-    from .server import StoreServer
-
-
-class CheckListeners:
-    """The TransactionChecks streams open on this node, by producer group (event loop only)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self.by_group: dict[str, list[asyncio.Queue]] = {}
-        self._turn = itertools.count()
-
-    def add(self, group: str) -> asyncio.Queue:
-        q: asyncio.Queue = asyncio.Queue(maxsize=1000)
-        self.by_group.setdefault(group, []).append(q)
-        return q
-
-    def remove(self, group: str, q: asyncio.Queue) -> None:
-        queues = self.by_group.get(group, [])
-        if q in queues:
-            queues.remove(q)
-
-    def from_thread(self, node: str, group: str, half: Half, message: StoredMessage) -> None:
-        """The broker thread asks a producer of ``group`` about ``half`` (one of them, in turn)."""
-        self.loop.call_soon_threadsafe(self._send, node, group, half, message)
-
-    def _send(self, node: str, group: str, half: Half, message: StoredMessage) -> None:
-        queues = self.by_group.get(group)
-        if not queues:
-            return  # nobody of the group listens: asked again after transactionCheckInterval
-        m = message_to_pb(message)
-        m.topic = message.properties.get(PROP_REAL_TOPIC, m.topic)
-        m.queue_id = int(message.properties.get(PROP_REAL_QID, "0") or 0)
-        tx = RecallHandle(m.topic, 0, half.uniq, node).encode()
-        q = queues[next(self._turn) % len(queues)]
-        try:
-            q.put_nowait(pb.TransactionCheck(transaction_id=tx, message=m, check=half.checks))
-        except asyncio.QueueFull:
-            pass
+    from .member import Member
 
 
 class TransactionHandlers:
     """Mixed into the data plane: ``self.server``, ``self._ready``."""
 
-    server: StoreServer
+    server: Member
 
     async def EndTransaction(self, request: pb.EndTransactionRequest, context) -> pb.EndTransactionResponse:
         try:

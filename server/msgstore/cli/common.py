@@ -67,7 +67,7 @@ def partial(skipped: list[str], what: str) -> int:
 
 
 def store_settings(args) -> dict[str, Any]:
-    from ..api.server import load_config_file
+    from ..api.member import load_config_file
     from ..store.config import parse_assignments
 
     out: dict[str, Any] = {}

@@ -10,7 +10,8 @@ from .common import store_settings, token_source
 
 def cmd_serve(args) -> int:
     from .. import logs
-    from ..api.server import ServerOptions, StartError, serve
+    from ..api.member import ServerOptions, StartError
+    from ..api.server import serve
     from ..store.config import ConfigError
 
     logs.setup(args.log_format, args.log_level)

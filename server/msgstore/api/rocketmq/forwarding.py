@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ...v1 import msgstore_pb2 as pb
+from .context import CallContext
 from .protocol import definition as d
 from .protocol import service_grpc
 from .signature import signature
 from .status import Refusal
 
 if TYPE_CHECKING:
-    from .service import MessagingService
+    from .context import Service
 
 FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: it is never sent on again
 TIMEOUT_S = 10
@@ -48,7 +49,7 @@ def signed(secret: str | None) -> list[tuple[str, str]]:
 
 
 class Forwarder:
-    def __init__(self, service: MessagingService):
+    def __init__(self, service: Service):
         self.service = service
 
     def elsewhere(self, group: str) -> bool:
@@ -59,7 +60,6 @@ class Forwarder:
     async def master_of(self, group: str, context) -> tuple[str | None, bool]:
         """The group's ready master with the newest epoch (None: none now), and whether the
         route knows the group at all."""
-        from .service import CallContext
 
         route = await self.service.data.GetRoute(pb.GetRouteRequest(), CallContext(context))
         best, known = None, False

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...v1 import msgstore_pb2 as pb
+from .context import HereContext
 from .protocol import definition as d
 from .status import Refusal
 
 if TYPE_CHECKING:
-    from .service import MessagingService
+    from .context import Service
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Held:
 
 
 class Renewals:
-    def __init__(self, service: MessagingService):
+    def __init__(self, service: Service):
         self.service = service
         self.held: dict[str, Held] = {}  # by the first receipt (the one the client holds)
         self.heard: dict[str, float] = {}  # client id -> monotonic time last heard
@@ -120,7 +121,6 @@ class Renewals:
             await self._renew(first, h)
 
     async def _renew(self, first: str, h: Held) -> None:
-        from .service import HereContext
 
         async with h.lock:
             if self.held.get(first) is not h:  # acknowledged meanwhile
@@ -144,7 +144,6 @@ class Renewals:
     async def give_back(self, group: str, topic: str, receipts: Sequence[str]) -> None:
         """Deliveries the client never got (its stream broke before they were written): visible
         again now instead of when their time is up (RocketMQ's proxy does the same)."""
-        from .service import HereContext
 
         for r in receipts:
             self.held.pop(r, None)

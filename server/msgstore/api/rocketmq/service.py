@@ -32,17 +32,18 @@ from ...record.receipt import Receipt
 from ...v1 import msgstore_pb2 as pb
 from .. import validation as v
 from . import messages
+from .context import CallContext, client_id
 from .forwarding import Forwarder
 from .protocol import SERVICE
 from .protocol import definition as d
 from .protocol import service as s
 from .renewal import Renewals
 from .signature import verify
-from .status import SEND_CODES, Refusal, field_code, from_grpc, status
+from .status import SEND_CODES, Refusal, field_code, status
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from ..server import StoreServer
+    from ..member import Member
     from ..servicer import DataPlane
 
 log = logging.getLogger(__name__)
@@ -51,59 +52,6 @@ ALL_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
 MAX_BATCH = 1024
 DEFAULT_POLL_MS = 20_000
 POLL_RESERVE_MS = 500  # a long poll answers this long before the caller's deadline
-
-
-class CallContext:
-    """Stands in for the gRPC context when a v1 handler runs for a v2 call: its ``abort``
-    raises a :class:`Refusal` instead of ending the call."""
-
-    def __init__(self, real: grpc.aio.ServicerContext):
-        self.real = real
-
-    async def abort(self, code: grpc.StatusCode, message: str) -> None:
-        if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith("receipt_handle"):
-            raise Refusal(d.INVALID_RECEIPT_HANDLE, message)
-        if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith("transaction_id"):
-            raise Refusal(d.INVALID_TRANSACTION_ID, message)
-        raise from_grpc(code, message)
-
-    def peer(self) -> str:
-        return self.real.peer()
-
-    def cancelled(self) -> bool:
-        return self.real.cancelled()
-
-    def invocation_metadata(self):
-        return self.real.invocation_metadata()
-
-    def time_remaining(self) -> float | None:
-        return self.real.time_remaining()
-
-
-class HereContext(CallContext):
-    """The context of a call this node makes itself (a renewal): no client behind it."""
-
-    def __init__(self) -> None:
-        pass
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:0"
-
-    def cancelled(self) -> bool:
-        return False
-
-    def invocation_metadata(self):
-        return ()
-
-    def time_remaining(self) -> float | None:
-        return None
-
-
-def client_id(context) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-client-id":
-            return value if isinstance(value, str) else value.decode("utf-8", "replace")
-    return ""
 
 
 def endpoints(address: str) -> Any:
@@ -172,7 +120,7 @@ def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -
 
 
 class MessagingService:
-    def __init__(self, server: StoreServer, data: DataPlane):
+    def __init__(self, server: Member, data: DataPlane):
         self.server = server
         self.data = data
         self.telemetry = Telemetry(self)

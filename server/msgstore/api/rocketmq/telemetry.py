@@ -23,7 +23,7 @@ from .protocol import service as s
 from .status import status
 
 if TYPE_CHECKING:
-    from .service import MessagingService
+    from .context import Service
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def retry_policy(policy: RetryPolicy) -> Any:
 
 
 class Telemetry:
-    def __init__(self, service: MessagingService):
+    def __init__(self, service: Service):
         self.service = service
 
     def settings_for(self, given: Any) -> Any:
