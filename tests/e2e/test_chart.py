@@ -718,6 +718,70 @@ def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
 # ---------------------------------------------------------------------------------- fixes
 
 
+def test_an_official_producer_through_the_service_sees_no_error_during_a_roll(k8s: K8s, release):
+    """Issue 31 on the real control plane: one replica group of three (SYNC), reached as a client
+    outside the cluster would, through one address in front of every pod (what the client
+    Service is; a TCP forwarder here, since no kube-proxy runs): RocketMQ 5's official producer
+    sends while the operator rolls every pod (followers first, then a switchover). The pod a
+    connection reaches forwards each send to the group's master: no error reaches the
+    application, nothing acknowledged is lost, and the longest send is printed."""
+    from rocketmq import Producer as OfficialProducer
+
+    from tests.ha.test_access_point_failover import Sends
+    from tests.rocketmq.conftest import config, started
+    from tests.support.tcp_forwarder import TcpForwarder
+
+    ns = "access"
+    namespace(k8s, ns)
+    k8s.apply(store_doc("orders", ns=ns, replicas=1, replication={"replicas": 3, "failoverAfterSeconds": 3}))
+    pods = ["orders-0", "orders-1", "orders-2"]
+
+    def in_sync() -> bool:
+        g = ((k8s.store(ns, "orders").get("status") or {}).get("replication") or {}).get("groups", {}).get("orders-g0", {})
+        followers = [m for m in g.get("members", []) if m["name"] != g.get("master")]
+        return len(followers) == 2 and all(m.get("role") == "SLAVE" and m.get("connected") for m in followers)
+
+    def endpoints() -> list[str]:  # the Service's ready endpoints, as they change
+        out = []
+        for p in pods:
+            pod = k8s.pod(ns, p) or {}
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip:
+                out.append(f"{ip}:10911")
+        return out
+
+    k8s.wait(lambda: k8s.ready(ns, "orders") and in_sync(), 180, "orders Ready with both followers in sync")
+    service = TcpForwarder(endpoints)
+    finished = len(k8s.events(ns, "RollFinished", "orders"))
+    sends = None
+    try:
+        with started(OfficialProducer(config(service.address), ("orders",))) as producer:
+            sends = Sends(producer)
+            sends.start()
+            k8s.wait(lambda: len(sends.acked) > 30, 60, "sends through the one address")
+            k8s.kubectl("annotate", "mstore", "orders", "-n", ns, "msgstore.io/restart=through-the-service")
+            k8s.wait(lambda: len(k8s.events(ns, "RollFinished", "orders")) > finished, 240, "the roll to finish")
+            count = len(sends.acked)
+            k8s.wait(lambda: len(sends.acked) > count + 20, 60, "sends after the roll")
+            sends.halted.set()
+            sends.join(30)
+        print(f"through one address during a roll: {len(sends.acked)} acknowledged, longest send {sends.longest:.2f} s")
+        assert not sends.errors, sends.errors[:3]
+        with Client(service.address, timeout=10) as c:
+            got: set[bytes] = set()
+            for q in c.route("orders", refresh=True).queues:
+                off = 0
+                while (pulled := c.pull("orders", q, off, max_messages=500)).messages:
+                    got.update(m.body for m in pulled.messages)
+                    off = pulled.next_offset
+        assert set(sends.acked) <= got, f"{len(set(sends.acked) - got)} acknowledged messages lost"
+    finally:
+        if sends is not None:
+            sends.halted.set()
+        service.close()
+        k8s.kubectl("delete", "mstore", "orders", "-n", ns, "--wait=false", check=False)
+
+
 def test_reverting_a_broken_image_finishes_the_roll(k8s: K8s, release):
     """Fix 2: an outdated pod that can never become Ready is replaced, not waited for."""
     namespace(k8s, NS)

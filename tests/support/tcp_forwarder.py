@@ -1,16 +1,20 @@
 """A plain TCP forwarder on 127.0.0.1, standing for what users put in front of a store (a
-Service, ``kubectl port-forward``, a load balancer): it knows one backend at a time and nothing
-of gRPC. ``point_at`` moves new connections elsewhere (a Service's endpoints changing)."""
+Service, ``kubectl port-forward``, a load balancer): it knows nothing of gRPC. Its backend is
+one address (``point_at`` moves new connections elsewhere), or a function giving the current
+ones (a Service's endpoints): new connections go round them, past one that refuses."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
+from collections.abc import Callable
 
 
 class TcpForwarder:
-    def __init__(self, backend: str):
+    def __init__(self, backend: str | Callable[[], list[str]]):
         self.backend = backend
+        self._turn = itertools.count()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections = 0
@@ -22,17 +26,26 @@ class TcpForwarder:
     def point_at(self, backend: str) -> None:
         self.backend = backend
 
+    def _connect(self) -> socket.socket | None:
+        backends = [self.backend] if isinstance(self.backend, str) else list(self.backend())
+        start = next(self._turn)
+        for i in range(len(backends)):
+            host, _, port = backends[(start + i) % len(backends)].rpartition(":")
+            try:
+                return socket.create_connection((host, int(port)), timeout=5)
+            except OSError:
+                continue
+        return None
+
     def _accept(self) -> None:
         while not self._closed:
             try:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            host, _, port = self.backend.rpartition(":")
-            try:
-                upstream = socket.create_connection((host, int(port)), timeout=5)
-            except OSError:
-                client.close()  # (a backend down: the connection is refused, as a Service without endpoints)
+            upstream = self._connect()
+            if upstream is None:
+                client.close()  # (no backend answers: refused, as a Service without endpoints)
                 continue
             upstream.settimeout(None)
             with self._lock:
