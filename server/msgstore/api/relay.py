@@ -44,6 +44,11 @@ DEFAULT_TIMEOUT_S = 30.0  # a call without a deadline
 MASTER_POLL_S = 0.2
 MASTER_CACHE_S = 0.5
 UNKNOWN_GRACE_S = 2.0  # a group no route names yet: looked for this long before NOT_FOUND
+# what may be sent again when its master failed with it in flight: reads, a receive (what the dead
+# master handed out comes back after its invisible time) and an ack (taken again, or refused as done)
+REPEATABLE = frozenset(
+    {"Pull", "Receive", "Ack", "GetQueueOffsets", "GetOffsetByTime", "GetCommittedOffset", "GetMessage", "QueryByKey", "ListTopics"}
+)
 NEVER_RELAYED = frozenset({"GetRoute"})  # answered by any node for the whole store
 DATA_SERVICE_NAME = "msgstore.v1.MessageStore"
 
@@ -113,16 +118,30 @@ class Relay:
         address = await self.target(context, group)
         if address is None:
             return None
-        return await self.unary(f"/{DATA_SERVICE_NAME}/{method}", request, context, address, self._own_metadata())
+        return await self.unary(f"/{DATA_SERVICE_NAME}/{method}", request, context, address, self._own_metadata(), group)
 
-    async def unary(self, path: str, request: Any, context, address: str, metadata: list | None = None) -> bytes:
-        call = self.server._ha_channel(address).unary_unary(path, request_serializer=None, response_deserializer=None)
-        try:
-            return await call(_bytes(request), metadata=metadata or self._metadata(context), timeout=_timeout(context))
-        except grpc.aio.AioRpcError as e:
-            self._forget(address)
-            await context.abort(e.code(), _details(e, address))
-            raise
+    async def unary(self, path: str, request: Any, context, address: str, metadata: list | None = None, group: str = "") -> bytes | None:
+        """The master's answer; None when it turns out the call is to be served here (this node
+        took office meanwhile). A master that could not even be connected to (it died, the
+        failover is under way) never saw the call: the group's master is looked up again and
+        the call sent there, within the caller's deadline. A call that reached it is never
+        sent twice: its failure is the caller's."""
+        payload = _bytes(request)
+        while True:
+            call = self.server._ha_channel(address).unary_unary(path, request_serializer=None, response_deserializer=None)
+            try:
+                return await call(payload, metadata=metadata or self._metadata(context), timeout=_timeout(context))
+            except grpc.aio.AioRpcError as e:
+                self.forget(address)
+                repeatable = path.rsplit("/", 1)[-1] in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE
+                if not (never_sent(e) or repeatable):
+                    await context.abort(e.code(), _details(e, address))
+                    raise
+            await asyncio.sleep(MASTER_POLL_S)  # (the route may name the dead master a moment longer)
+            again = await self.target(context, group)
+            if again is None:
+                return None
+            address = again
 
     async def server_stream(self, path: str, request: Any, context, address: str) -> AsyncIterator[bytes]:
         call = self.server._ha_channel(address).unary_stream(path, request_serializer=None, response_deserializer=None)
@@ -130,7 +149,7 @@ class Relay:
             async for item in call(_bytes(request), metadata=self._metadata(context), timeout=_timeout(context, None)):
                 yield item
         except grpc.aio.AioRpcError as e:
-            self._forget(address)
+            self.forget(address)
             await context.abort(e.code(), _details(e, address))
 
     async def bidi(self, path: str, requests, context, address: str) -> None:
@@ -145,10 +164,10 @@ class Relay:
             async for answer in call(upstream(), metadata=self._metadata(context), timeout=_timeout(context, None)):
                 await context.write(answer)
         except grpc.aio.AioRpcError as e:
-            self._forget(address)
+            self.forget(address)
             await context.abort(e.code(), _details(e, address))
 
-    def _forget(self, address: str) -> None:
+    def forget(self, address: str) -> None:
         """A master that failed a call is looked up again for the next one."""
         for group, (_until, a) in list(self._masters.items()):
             if a == address:
@@ -163,6 +182,12 @@ def _timeout(context, default: float | None = DEFAULT_TIMEOUT_S) -> float | None
     """The caller's deadline, passed on (``default`` when it set none)."""
     left = context.time_remaining()
     return default if left is None else max(0.001, left)
+
+
+def never_sent(e: grpc.aio.AioRpcError) -> bool:
+    """The call failed to connect (gRPC's words for it): the other end never saw it."""
+    text = (e.details() or "").lower()
+    return e.code() == grpc.StatusCode.UNAVAILABLE and ("failed to connect" in text or "connection refused" in text)
 
 
 def _details(e: grpc.aio.AioRpcError, address: str) -> str:

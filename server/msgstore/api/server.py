@@ -131,7 +131,8 @@ class StoreServer(Member):
             address = None if isinstance(request, v.BadRequest) else await relay.target(context)
             if address is None:
                 return await fn(request, context)
-            return await relay.unary(path, request, context, address)
+            answer = await relay.unary(path, request, context, address)
+            return answer if answer is not None else await fn(request, context)
 
         return unary
 

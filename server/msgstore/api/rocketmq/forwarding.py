@@ -10,12 +10,15 @@ them."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ...v1 import msgstore_pb2 as pb
+from ..relay import MASTER_POLL_S, never_sent
 from .context import CallContext
 from .protocol import definition as d
 from .protocol import service_grpc
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
 FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: it is never sent on again
 TIMEOUT_S = 10
 # what a handle naming a group the store does not know is (receipts otherwise)
+# what may be sent again after its master failed with it in flight: an ack the dead master may
+# have taken is taken again, or refused as already done, by the next (a second commit is not)
+REPEATABLE = frozenset({"AckMessage"})
 UNKNOWN_GROUP = {"EndTransaction": (d.INVALID_TRANSACTION_ID, "transaction_id"), "RecallMessage": (d.BAD_REQUEST, "recall_handle")}
 
 
@@ -73,20 +79,32 @@ class Forwarder:
 
     async def forward(self, method: str, request: Any, context, group: str) -> Any | None:
         """The answer of ``group``'s master to ``request``; None when it should run here (this
-        node is that master, the call was forwarded already, or no master is known)."""
+        node is that master, or the call was forwarded already). While the group has no master
+        (a failover) the call waits for the election within its deadline; a master that could
+        not be connected to never saw it, and it goes to the next one (relay.py)."""
         if not group or not self.elsewhere(group) or was_forwarded(context):
             return None
-        address, known = await self.master_of(group, context)
         server = self.service.server
-        if address is None and group != server._group_name():
-            if known:  # (a failover in progress)
-                raise Refusal(d.INTERNAL_SERVER_ERROR, f"group {group} has no ready master now; try again")
+        address, known = await self.master_of(group, context)
+        if not known and group != server._group_name():
             code, field = UNKNOWN_GROUP.get(method, (d.INVALID_RECEIPT_HANDLE, "receipt_handle"))
             raise Refusal(code, f"{field}: names group {group}, which this store does not know")
-        if address is None or address == server.advertise:
-            return None
-        stub = service_grpc.MessagingServiceStub(server._ha_channel(address))
-        try:
-            return await getattr(stub, method)(request, metadata=signed(self.service.secret()), timeout=TIMEOUT_S)
-        except grpc.aio.AioRpcError as e:
-            raise Refusal(d.INTERNAL_SERVER_ERROR, f"group {group}'s master {address} did not answer: {e.details()}") from None
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            if address is None:
+                address = await server.relay.target(CallContext(context), group)
+                if address is None:  # (this node took office meanwhile)
+                    return None
+            if address == server.advertise:
+                return None
+            stub = service_grpc.MessagingServiceStub(server._ha_channel(address))
+            try:
+                left = max(0.001, deadline - time.monotonic())
+                return await getattr(stub, method)(request, metadata=signed(self.service.secret()), timeout=left)
+            except grpc.aio.AioRpcError as e:
+                server.relay.forget(address)
+                again = never_sent(e) or (method in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE)
+                if not again or time.monotonic() >= deadline:
+                    raise Refusal(d.INTERNAL_SERVER_ERROR, f"group {group}'s master {address} did not answer: {e.details()}") from None
+            await asyncio.sleep(MASTER_POLL_S)
+            address = None
