@@ -140,6 +140,21 @@ class Campaign:
         except StoreError:
             return None
 
+    def states(self) -> str:
+        """Each member's role and its view of the arbiter, for a failure's message (what a stall was waiting on)."""
+        lines = []
+        for m in self.members:
+            r = self.role(m)
+            if r is None:
+                lines.append(f"{m.name}: does not answer")
+                continue
+            a = r.arbiter
+            lines.append(
+                f"{m.name}: {r.role} epoch {r.epoch} fenced={r.fenced!r} in-sync={list(r.sync_state_set)}; "
+                f"arbiter: {str(a).strip().replace(chr(10), ', ')}"
+            )
+        return "\n".join(lines)
+
     def master(self) -> ServerProcess:
         live = [(r.epoch, m) for m in self.members if (r := self.role(m)) is not None and r.role == "MASTER" and not r.fenced]
         assert live, "no live master"
@@ -410,7 +425,7 @@ def test_nemesis_campaign_loses_no_acknowledged_message(tmp_path, network, mode,
                 if rounds <= 20 or i % 10 == 9:
                     campaign.read_through()
             except BaseException as e:
-                raise AssertionError(f"seed {seed}, round {i + 1} ({fault}) after {campaign.log}: {e}") from e
+                raise AssertionError(f"seed {seed}, round {i + 1} ({fault}) after {campaign.log}: {e}\n{campaign.states()}") from e
         for p in producers:
             p.halt()
         lost, held = campaign.check()
