@@ -112,6 +112,10 @@ def test_a_node_that_owns_none_of_the_queues_serves_them_all(cluster, forwarders
             got += [m.body for m in batch]
             consumer.commit()
         assert sorted(got) == sorted(b"s%d" % i for i in range(48))
+        # a subscription (a server stream) to one of store-0's queues streams through store-2
+        q0 = next(q for q in c.route("spread").queues if q.node == "store-0" and q.queue_id == held[0].queue_id)
+        first = next(iter(c.subscribe("spread", q0, offset=0)))
+        assert [m.body for m in first.messages][:1] == [held[0].body]
     with Client(cluster[0].address, timeout=10) as direct:
         committed = sum(direct.committed("all", "spread", QueueRef("store-0", cluster[0].address, q)) for q in range(8))
     assert committed == by_node["store-0"]

@@ -606,7 +606,10 @@ def test_a_paused_master_is_replaced_fenced_and_rejoins_without_losing_an_ack(k8
     replaced. No (queue, offset) ever reads with two bodies."""
     ns = f"paused-{mode.lower()}"
     namespace(k8s, ns)
-    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}))
+    # Direct: the client talks to the members themselves, so each acknowledgement names the member that
+    # gave it (the loss judgement needs that); through an access point the relay picks (test_access_point*)
+    replication = {"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}
+    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication=replication, access={"mode": "Direct"}))
     store = _LedgerStore(k8s, ns, mode)
     group, in_sync, address, old, ledger, producer = store.group, store.in_sync, store.address, store.old, store.ledger, store.producer
     producer.start()
@@ -664,7 +667,10 @@ def test_a_master_cut_off_from_the_api_server_and_its_followers_is_replaced(k8s:
     assert no_cutoff() is None, no_cutoff()
     ns = f"zombie-{mode.lower()}"
     namespace(k8s, ns)
-    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication={"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}))
+    # Direct: the client talks to the members themselves, so each acknowledgement names the member that
+    # gave it (the loss judgement needs that); through an access point the relay picks (test_access_point*)
+    replication = {"replicas": 3, "mode": mode, "failoverAfterSeconds": 3}
+    k8s.apply(store_doc("ledger", ns=ns, replicas=1, replication=replication, access={"mode": "Direct"}))
     try:
         _cut_off_master(k8s, ns, mode)
     finally:  # (a failure must not leave a store running through the rest of the suite)
