@@ -73,7 +73,7 @@ class Relay:
         start = time.monotonic()
         deadline = start + (_timeout(context) or DEFAULT_TIMEOUT_S)
         while True:
-            address, known = await self._master_of(group)
+            address, known = await self.master_of(group)
             if address is not None:
                 return None if address == server.advertise else address
             if not known and time.monotonic() - start >= UNKNOWN_GRACE_S:  # (not a peer that has yet to answer)
@@ -82,7 +82,7 @@ class Relay:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"replica group {group} has no master now (a failover in progress)")
             await asyncio.sleep(MASTER_POLL_S)
 
-    async def _master_of(self, group: str) -> tuple[str | None, bool]:
+    async def master_of(self, group: str) -> tuple[str | None, bool]:
         """The group's ready, unfenced master of the newest epoch, and whether the group is known."""
         hit = self._masters.get(group)
         if hit is not None and time.monotonic() < hit[0]:

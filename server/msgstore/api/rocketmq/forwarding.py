@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ...v1 import msgstore_pb2 as pb
 from ..relay import MASTER_POLL_S, never_sent
 from .context import CallContext
 from .protocol import definition as d
@@ -63,20 +62,6 @@ class Forwarder:
         server = self.service.server
         return group != server._group_name() or not server._broker_delivers()
 
-    async def master_of(self, group: str, context) -> tuple[str | None, bool]:
-        """The group's ready master with the newest epoch (None: none now), and whether the
-        route knows the group at all."""
-
-        route = await self.service.data.GetRoute(pb.GetRouteRequest(), CallContext(context))
-        best, known = None, False
-        for n in route.nodes:
-            if (n.group or n.name) != group:
-                continue
-            known = True
-            if n.ready and n.role == "MASTER" and not n.fenced and (best is None or n.epoch > best.epoch):
-                best = n
-        return (best.address if best is not None else None), known
-
     async def forward(self, method: str, request: Any, context, group: str) -> Any | None:
         """The answer of ``group``'s master to ``request``; None when it should run here (this
         node is that master, or the call was forwarded already). While the group has no master
@@ -85,7 +70,7 @@ class Forwarder:
         if not group or not self.elsewhere(group) or was_forwarded(context):
             return None
         server = self.service.server
-        address, known = await self.master_of(group, context)
+        address, known = await server.relay.master_of(group)
         if not known and group != server._group_name():
             code, field = UNKNOWN_GROUP.get(method, (d.INVALID_RECEIPT_HANDLE, "receipt_handle"))
             raise Refusal(code, f"{field}: names group {group}, which this store does not know")
