@@ -308,3 +308,15 @@ def test_batch_results_are_a_list_of_what_was_stored(server, client):
     a = stream.submit(encode_send("lazy", 0, sent[:3], None), 3)
     b = stream.submit(encode_send("lazy", 1, sent[:2], None), 2)
     assert [r.queue_id for r in a.result(10)] == [0, 0, 0] and [r.queue_id for r in b.result(10)] == [1, 1]
+
+
+def test_a_status_grpc_aio_overwrote_after_a_failed_write_counts_as_the_connection_lost():
+    """grpc/grpc#36066: a write on a stream that has ended reports INTERNAL "Internal error from
+    Core" in place of the real status (UNAVAILABLE when the server died). The asyncio client
+    must treat that as a lost connection (retried after a failover), not as a server's verdict."""
+    from msgstore.client.errors import LOST_STATUS, error_from
+
+    lost = grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), details=LOST_STATUS)
+    assert error_from(lost, "g0").code == grpc.StatusCode.UNAVAILABLE
+    real = grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), details="a handler failed")
+    assert (error_from(real).code, error_from(real).details) == (grpc.StatusCode.INTERNAL, "a handler failed")

@@ -141,7 +141,9 @@ def test_an_old_master_restarted_with_its_own_command_learns_it_was_replaced(gro
     old.start()  # its original command: --set brokerRole=SYNC_MASTER, no --replica-of
     direct = Client(old.address, timeout=5, failover_timeout=1)
     wait_until(lambda: role(direct, old).role == "SLAVE", timeout=20, what="the restarted old master to follow")
-    assert role(direct, old).master_address == a.address and role(direct, old).epoch == 2
+    assert role(direct, old).master_address == a.address and role(direct, old).group_epoch == 2
+    # its own log carries epoch 2 once it has copied the new master's first entry of it
+    wait_until(lambda: role(direct, old).epoch == 2, timeout=20, what="the old master's log to reach epoch 2")
     # it never took a write: a client given only its address is sent on to the new master
     r = direct.send("t", b"via the old master's address")
     assert r.ok and r.address == a.address

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from ..client.errors import status_of
 from ..v1 import msgstore_pb2
 from .auth import TokenSource
 
@@ -135,7 +136,7 @@ class Relay:
                 self.forget(address)
                 repeatable = path.rsplit("/", 1)[-1] in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE
                 if not (never_sent(e) or repeatable):
-                    await context.abort(e.code(), _details(e, address))
+                    await context.abort(status_of(e)[0], _details(e, address))
                     raise
             await asyncio.sleep(MASTER_POLL_S)  # (the route may name the dead master a moment longer)
             again = await self.target(context, group)
@@ -150,7 +151,7 @@ class Relay:
                 yield item
         except grpc.aio.AioRpcError as e:
             self.forget(address)
-            await context.abort(e.code(), _details(e, address))
+            await context.abort(status_of(e)[0], _details(e, address))
 
     async def bidi(self, path: str, requests, context, address: str) -> None:
         """A bidirectional stream passed through: requests on as they come, answers back."""
@@ -165,7 +166,7 @@ class Relay:
                 await context.write(answer)
         except grpc.aio.AioRpcError as e:
             self.forget(address)
-            await context.abort(e.code(), _details(e, address))
+            await context.abort(status_of(e)[0], _details(e, address))
 
     def forget(self, address: str) -> None:
         """A master that failed a call is looked up again for the next one."""
@@ -191,4 +192,4 @@ def never_sent(e: grpc.aio.AioRpcError) -> bool:
 
 
 def _details(e: grpc.aio.AioRpcError, address: str) -> str:
-    return f"{e.details()} (forwarded to {address})"
+    return f"{status_of(e)[1]} (forwarded to {address})"

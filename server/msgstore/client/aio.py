@@ -27,6 +27,7 @@ from .client import (
 )
 from .connection import Security, aio_channel, split_endpoints
 from .delays import delay_properties, group_properties
+from .errors import error_from
 from .pop import AsyncPopCalls
 from .routing import (
     PROBE_TIMEOUT_S,
@@ -88,7 +89,7 @@ class AsyncClient(AsyncPopCalls):
                 request, timeout=timeout or self.timeout, metadata=self.security.data_metadata() or None
             )
         except grpc.aio.AioRpcError as e:
-            raise StoreError(e.code(), e.details() or "", node or address) from None
+            raise error_from(e, node or address) from None
 
     async def close(self) -> None:
         for stream in self._streams.values():
@@ -281,7 +282,7 @@ class AsyncClient(AsyncPopCalls):
         try:
             return (await send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)).results
         except grpc.aio.AioRpcError as e:
-            raise StoreError(e.code(), e.details() or "", target.node) from None
+            raise error_from(e, target.node) from None
 
     def _stream(self, target: QueueRef) -> AsyncSendStream:
         stream = self._streams.get(target.address)

@@ -15,6 +15,20 @@ class StoreError(Exception):
         self.node = node
 
 
+#: What grpc.aio reports when a stream's write fails because the call has already ended: the
+#: status the call really ended with (UNAVAILABLE when the server went away) is overwritten
+#: (grpc/grpc#36066). It is never a server's verdict, so it is treated as the connection lost.
+LOST_STATUS = "Internal error from Core"
+
+
+def status_of(e: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    """The code and details a failed call ended with, :data:`LOST_STATUS` read as UNAVAILABLE."""
+    code, details = e.code(), e.details() or ""  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.INTERNAL and details == LOST_STATUS:
+        return grpc.StatusCode.UNAVAILABLE, "the stream ended while a request was written (the server went away?)"
+    return code, details
+
+
 def error_from(e: grpc.RpcError, node: str = "") -> StoreError:
     """A StoreError for a failed call (``e`` is a grpc.Call as well as an RpcError)."""
-    return StoreError(e.code(), e.details() or "", node)  # type: ignore[attr-defined]
+    return StoreError(*status_of(e), node)

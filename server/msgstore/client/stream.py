@@ -325,7 +325,7 @@ class AsyncSendStream:
                     self._settle(batch, error)
             failure = StoreError(grpc.StatusCode.UNAVAILABLE, "the send stream ended", self.node)
         except grpc.aio.AioRpcError as e:
-            failure = StoreError(e.code(), e.details() or "", self.node)
+            failure = error_from(e, self.node)
             if failure.code == grpc.StatusCode.CANCELLED:
                 failure = StoreError(grpc.StatusCode.UNAVAILABLE, "the send stream was closed", self.node)
         except asyncio.CancelledError:
