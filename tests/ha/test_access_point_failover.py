@@ -8,12 +8,13 @@ and its message comes again), are printed."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 from rocketmq import Producer
 
-from msgstore.client import Client, Consumer
+from msgstore.client import AsyncClient, Client, Consumer
 from tests.ha.test_arbiter import FAST, SYNC
 from tests.rocketmq.conftest import config, started
 from tests.rocketmq.test_official_client import message, simple
@@ -109,4 +110,50 @@ def test_an_official_producer_through_one_address_sees_no_error_when_the_master_
     finally:
         if sends is not None:
             sends.halted.set()
+        service.close()
+
+
+def test_our_client_through_one_address_follows_a_switchover_without_an_error(groups, etcd):
+    """A switchover leaves the old master running: it refuses in-band ("not master") on the send
+    stream the access point opened to it. The client must not take that stream's refusals as
+    the answer: the stream is reopened (the node behind the address looks the master up again)
+    and the send taken by the new master, within the client's failover time."""
+    from tests.ha.ledger import Ledger, Producer
+    from tests.ha.test_fencing import promote
+
+    g = groups(3, master=SYNC, peers=False, arbiter=etcd.url(), start=False)
+    for m in g.members:
+        m.extra += ["--access-point"]
+    g.start()
+    _m0, m1, m2 = g.members
+    service = TcpForwarder(m2.address)  # a follower before and after
+    ledger = Ledger()
+    client = Client(service.address, timeout=5, failover_timeout=20)
+    p = Producer(client, "t", ledger, "p")
+    loop = asyncio.new_event_loop()
+    aio = AsyncClient(service.address, timeout=5, failover_timeout=20)
+    try:
+        assert loop.run_until_complete(aio.send("t", b"asyncio before")).ok  # (its send stream opened now)
+        p.start()
+        wait_until(lambda: len(ledger.acks) > 200, what="sends through the access point")
+        promote(m1)
+        assert loop.run_until_complete(aio.send("t", b"asyncio after")).ok
+        before = len(ledger.acks)
+        wait_until(
+            lambda: len(ledger.acks) > before + 200,
+            timeout=30,
+            what=lambda: (
+                f"sends after the switchover ({len(ledger.acks) - before} acked, {ledger.errors} errors, {ledger.refused} refused)"
+            ),  # noqa: E501
+        )
+        p.halt()
+        assert (ledger.errors, ledger.refused) == (0, 0)
+        held = ledger.read(client, "t")
+        assert not ledger.lost(held)
+        assert etcd.record("g0")["holder"] == "m1"
+    finally:
+        p.halt()
+        loop.run_until_complete(aio.close())
+        loop.close()
+        client.close()
         service.close()

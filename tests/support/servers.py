@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -30,15 +31,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
-    """Poll ``predicate`` until it returns something truthy or the deadline passes."""
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str | Callable[[], str] = "condition"):
+    """Poll ``predicate`` until it returns something truthy or the deadline passes (``what``
+    may be a callable: the state at the deadline is then said)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 

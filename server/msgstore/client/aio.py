@@ -14,6 +14,7 @@ from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
 from . import access
 from .client import (
+    ACCESS_RETRY_S,
     RETRYABLE,
     ROUTE_TTL_S,
     OutMessage,
@@ -200,10 +201,14 @@ class AsyncClient(AsyncPopCalls):
             except StoreError as e:
                 if e.code not in RETRYABLE:
                     raise
+                if access.split(target.address)[1]:  # (as Client.send_batch)
+                    await self._drop_stream(target.address)
                 route.mark_down(target.address)
                 self._suspects.mark(target.address)
                 tried.add(target.address)
                 moved = await self._await_new_master(topic, target, deadline)
+                if moved is not None and time.monotonic() >= deadline:
+                    raise  # (a member the route calls master that keeps failing the send: not forever)
                 if moved is not None:  # the same queue, on its group's new master: order and key kept
                     target = moved
                     route = await self.route(topic)
@@ -218,6 +223,10 @@ class AsyncClient(AsyncPopCalls):
                 target = route.pick(key, exclude=tried, reorder=reorder)
                 continue
             if not results.all_ok and results.statuses() & REROUTE and time.monotonic() < deadline:
+                if access.split(target.address)[1] and replicated(route, target):  # (as Client.send_batch)
+                    await self._drop_stream(target.address)
+                    await asyncio.sleep(ACCESS_RETRY_S)
+                    continue
                 if results.statuses() & REFUSED and replicated(route, target):
                     found = on_master(await self.route(topic, refresh=True), target)
                     if found is None:  # fenced, without lease or quorum: wait for the group's master
@@ -283,6 +292,11 @@ class AsyncClient(AsyncPopCalls):
             return (await send(req, timeout=self.timeout, metadata=self.security.data_metadata() or None)).results
         except grpc.aio.AioRpcError as e:
             raise error_from(e, target.node) from None
+
+    async def _drop_stream(self, address: str) -> None:
+        stream = self._streams.pop(address, None)
+        if stream is not None:
+            await stream.close()
 
     def _stream(self, target: QueueRef) -> AsyncSendStream:
         stream = self._streams.get(target.address)

@@ -48,6 +48,7 @@ from .transactions import CheckedMessage, TransactionProducer, end_transaction
 
 ROUTE_TTL_S = 10.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+ACCESS_RETRY_S = 0.1  # an access point's group refused in-band (a master being replaced): asked again this often
 
 
 @dataclass
@@ -437,10 +438,14 @@ class Client(PopCalls):
             except StoreError as e:
                 if e.code not in RETRYABLE:
                     raise
+                if access.split(target.address)[1]:  # its stream may lead to a deposed master: a new one is passed on afresh
+                    self._drop_stream(target.address)
                 route.mark_down(target.address)
                 self._suspects.mark(target.address)
                 tried.add(target.address)
                 moved = self._await_new_master(topic, target, deadline)
+                if moved is not None and time.monotonic() >= deadline:
+                    raise  # (a member the route calls master that keeps failing the send: not forever)
                 if moved is not None:  # the same queue, on its group's new master: order and key kept
                     target = moved
                     route = self.route(topic)
@@ -459,6 +464,12 @@ class Client(PopCalls):
                 # "not master" / "replicas missing": a member that does not yet know it was
                 # replaced; the group's new master takes the send (what the old one stored is
                 # cut when it rejoins)
+                if access.split(target.address)[1] and replicated(route, target):
+                    # through an access point the address stays; the stream it opened leads to
+                    # the member that refused: a new one is passed on to the group's master now
+                    self._drop_stream(target.address)
+                    time.sleep(ACCESS_RETRY_S)
+                    continue
                 if results.statuses() & REFUSED and replicated(route, target):
                     # a master that may not acknowledge (fenced, no lease or quorum: the route
                     # then shows it fenced) is suspected and the group's master waited for; a
@@ -513,6 +524,12 @@ class Client(PopCalls):
         except ValueError as e:
             raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: {e}") from None
         self._group_call(h.topic, QueueRef(h.group, "", 0), "Recall", pb.RecallRequest(recall_handle=text), reads=False)
+
+    def _drop_stream(self, address: str) -> None:
+        with self._lock:
+            stream = self._streams.pop(address, None)
+        if stream is not None:
+            stream.close()
 
     def send_stream(self, address: str, node: str = "") -> SendStream:
         """The node's SendStream, opened on first use and again after it broke."""
