@@ -167,3 +167,44 @@ def test_a_route_listing_several_access_points_skips_one_that_does_not_answer(tm
             assert c.route("demo").nodes[0].address == f"ipv4:{dead},{fwd.address}#two-points"
     finally:
         node.kill()
+
+
+def test_rocketmq_v2_calls_on_a_queue_go_to_the_group_its_broker_names(cluster, forwarders):
+    """Through an access point every broker of a route has the same endpoints, so a RocketMQ 5
+    client's call on a queue may reach any node: the queue's broker (its replica group) decides
+    where it is served. The official SimpleConsumer, connected to store-2 only, receives what
+    every group holds; PullMessage, UpdateOffset, GetOffset and QueryOffset on store-0's queue
+    answer with store-0's queue."""
+    import grpc
+    from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
+
+    d, s = definition_pb2, service_pb2
+    with_access_point(cluster)
+    fwd = forwarders(cluster[2].address)
+    with Client(fwd.address, timeout=10) as c:
+        assert {c.send("spread", b"v%d" % i).node for i in range(24)} == {"store-0", "store-1", "store-2"}
+    with started(simple(config(fwd.address), "v2readers", "spread", 1)) as consumer:
+        got = receive_all(consumer, 24)
+        for m in got:
+            consumer.ack(m)
+    assert sorted(m.body for m in got) == sorted(b"v%d" % i for i in range(24))
+
+    res = d.Resource
+    with Client(cluster[0].address, timeout=10) as direct:
+        q, (lo, hi) = next((q, span) for q, span in direct.queue_offsets("spread").items() if q.node == "store-0" and span[1] > 0)
+    with grpc.insecure_channel(fwd.address) as channel:
+        stub = MessagingServiceStub(channel)
+        mq = d.MessageQueue(topic=res(name="spread"), id=q.queue_id, broker=d.Broker(name="store-0"))
+        end = stub.QueryOffset(s.QueryOffsetRequest(message_queue=mq, query_offset_policy=d.END), timeout=10)
+        assert (end.status.code, end.offset) == (d.OK, hi)
+        pulled = list(stub.PullMessage(s.PullMessageRequest(group=res(name="p"), message_queue=mq, offset=lo, batch_size=32), timeout=10))
+        bodies = [a.message.body for a in pulled if a.HasField("message")]
+        assert len(bodies) == hi - lo and all(b.startswith(b"v") for b in bodies)
+        update = s.UpdateOffsetRequest(group=res(name="p"), message_queue=mq, offset=hi)
+        assert stub.UpdateOffset(update, timeout=10).status.code == d.OK
+        assert stub.GetOffset(s.GetOffsetRequest(group=res(name="p"), message_queue=mq), timeout=10).offset == hi
+        # and a queue id store-2 has too, named for store-2, is store-2's own
+        mine = d.MessageQueue(topic=res(name="spread"), id=q.queue_id, broker=d.Broker(name="store-2"))
+        assert stub.GetOffset(s.GetOffsetRequest(group=res(name="p"), message_queue=mine), timeout=10).status.code == d.OFFSET_NOT_FOUND
+    with Client(cluster[0].address, timeout=10) as direct:
+        assert direct.committed("p", "spread", QueueRef("store-0", cluster[0].address, q.queue_id)) == hi

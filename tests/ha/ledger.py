@@ -15,8 +15,10 @@ and received, the elections the test made or the arbiter recorded, and what read
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 
 from msgstore.client import Client, OutMessage, StoreError
@@ -137,6 +139,8 @@ class Producer(threading.Thread):
         self.pause = pause
         self.stop = threading.Event()
         self.sent = 0
+        self.last_error = ""
+        self.last_answer = 0.0  # monotonic
 
     def run(self) -> None:
         i = 0
@@ -146,12 +150,14 @@ class Producer(threading.Thread):
             t0 = time.monotonic()
             try:
                 results = self.client.send_batch(self.topic, [OutMessage(b) for b in bodies])
-            except StoreError:
+            except StoreError as e:
+                self.last_error, self.last_answer = str(e)[:300], time.monotonic()
                 with self.ledger.lock:
                     self.ledger.errors += 1
                 self.stop.wait(0.05)
                 continue
             t1, wall = time.monotonic(), time.time()
+            self.last_answer = t1
             with self.ledger.lock:
                 for body, r in zip(bodies, results, strict=True):
                     if r.status == "PUT_OK":
@@ -165,6 +171,14 @@ class Producer(threading.Thread):
     def halt(self) -> None:
         self.stop.set()
         self.join(60)
+
+    def describe(self) -> str:
+        """Where it is and what it last heard (for a failing round's message: a stalled producer
+        says what it is waiting on)."""
+        frame = sys._current_frames().get(self.ident or -1)
+        where = "".join(traceback.format_stack(frame)[-6:]) if frame is not None else "(not running)\n"
+        since = f"{time.monotonic() - self.last_answer:.1f} s ago" if self.last_answer else "never"
+        return f"producer {self.tag.decode()}: {self.sent} batches, last answer {since}, last error {self.last_error!r}, at:\n{where}"
 
 
 class RecordWatch(threading.Thread):

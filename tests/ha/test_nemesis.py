@@ -425,7 +425,8 @@ def test_nemesis_campaign_loses_no_acknowledged_message(tmp_path, network, mode,
                 if rounds <= 20 or i % 10 == 9:
                     campaign.read_through()
             except BaseException as e:
-                raise AssertionError(f"seed {seed}, round {i + 1} ({fault}) after {campaign.log}: {e}\n{campaign.states()}") from e
+                said = "\n".join([campaign.states(), *(p.describe() for p in producers)])
+                raise AssertionError(f"seed {seed}, round {i + 1} ({fault}) after {campaign.log}: {e}\n{said}") from e
         for p in producers:
             p.halt()
         lost, held = campaign.check()

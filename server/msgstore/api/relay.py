@@ -32,6 +32,7 @@ class Host(Protocol):
     stopping: bool
 
     def _group_name(self) -> str: ...
+    def _broker_master(self) -> bool: ...
     def _broker_delivers(self) -> bool: ...
     def _ha_channel(self, address: str) -> grpc.aio.Channel: ...
     def local_route(self, topic: str) -> msgstore_pb2.NodeRoute: ...
@@ -50,6 +51,9 @@ UNKNOWN_GRACE_S = 2.0  # a group no route names yet: looked for this long before
 REPEATABLE = frozenset(
     {"Pull", "Receive", "Ack", "GetQueueOffsets", "GetOffsetByTime", "GetCommittedOffset", "GetMessage", "QueryByKey", "ListTopics"}
 )
+# what only reads what a master holds: served by a master that may not acknowledge now (fenced: its
+# lease or quorum away), as it is when asked directly, instead of waiting for one that may
+READS = frozenset({"Pull", "Subscribe", "GetQueueOffsets", "GetOffsetByTime", "GetCommittedOffset", "GetMessage", "QueryByKey", "ListTopics"})
 NEVER_RELAYED = frozenset({"GetRoute"})  # answered by any node for the whole store
 DATA_SERVICE_NAME = "msgstore.v1.MessageStore"
 
@@ -57,24 +61,24 @@ DATA_SERVICE_NAME = "msgstore.v1.MessageStore"
 class Relay:
     def __init__(self, server: Host):
         self.server = server
-        self._masters: dict[str, tuple[float, str | None]] = {}  # group -> (valid until, its master's address)
+        self._masters: dict[tuple[str, bool], tuple[float, str | None]] = {}  # (group, reads) -> (valid until, master's address)
 
-    async def target(self, context, group: str = "") -> str | None:
+    async def target(self, context, group: str = "", reads: bool = False) -> str | None:
         """Where the call goes: None to serve it here, else the address of the master of its
         group (``group``, else the one its metadata names). Aborts the call when the group has
-        no master within the call's deadline."""
+        no master within the call's deadline. ``reads``: a fenced master will do."""
         for k, value in context.invocation_metadata() or ():
             if k == FORWARDED:
                 return None
             if k == NODE_KEY and not group:
                 group = value
         server = self.server
-        if not group or (group == server._group_name() and server._broker_delivers()):
+        if not group or (group == server._group_name() and (server._broker_master() if reads else server._broker_delivers())):
             return None
         start = time.monotonic()
         deadline = start + (_timeout(context) or DEFAULT_TIMEOUT_S)
         while True:
-            address, known = await self.master_of(group)
+            address, known = await self.master_of(group, reads)
             if address is not None:
                 return None if address == server.advertise else address
             if not known and time.monotonic() - start >= UNKNOWN_GRACE_S:  # (not a peer that has yet to answer)
@@ -83,9 +87,10 @@ class Relay:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"replica group {group} has no master now (a failover in progress)")
             await asyncio.sleep(MASTER_POLL_S)
 
-    async def master_of(self, group: str) -> tuple[str | None, bool]:
-        """The group's ready, unfenced master of the newest epoch, and whether the group is known."""
-        hit = self._masters.get(group)
+    async def master_of(self, group: str, reads: bool = False) -> tuple[str | None, bool]:
+        """The group's ready, unfenced master of the newest epoch, and whether the group is known
+        (``reads``: a fenced master will do)."""
+        hit = self._masters.get((group, reads))
         if hit is not None and time.monotonic() < hit[0]:
             return hit[1], True
         server = self.server
@@ -95,11 +100,11 @@ class Relay:
             if (n.group or n.name) != group:
                 continue
             known = True
-            if n.ready and n.role == "MASTER" and not n.fenced and (best is None or n.epoch > best.epoch):
+            if n.ready and n.role == "MASTER" and (reads or not n.fenced) and (best is None or n.epoch > best.epoch):
                 best = n
         address = best.address if best is not None else None
         if address is not None:
-            self._masters[group] = (time.monotonic() + MASTER_CACHE_S, address)
+            self._masters[(group, reads)] = (time.monotonic() + MASTER_CACHE_S, address)
         return address, known
 
     def _metadata(self, context) -> list[tuple[str, str]]:
@@ -116,7 +121,7 @@ class Relay:
         ``group``'s master to ``request`` (a v1 ``method``), or None to serve it here. A
         client that still sends to a deposed master (RocketMQ 5 clients refresh routes every
         30 s) is served by the new one instead of failing until then."""
-        address = await self.target(context, group)
+        address = await self.target(context, group, method in READS)
         if address is None:
             return None
         return await self.unary(f"/{DATA_SERVICE_NAME}/{method}", request, context, address, self._own_metadata(), group)
@@ -139,7 +144,7 @@ class Relay:
                     await context.abort(status_of(e)[0], _details(e, address))
                     raise
             await asyncio.sleep(MASTER_POLL_S)  # (the route may name the dead master a moment longer)
-            again = await self.target(context, group)
+            again = await self.target(context, group, path.rsplit("/", 1)[-1] in READS)
             if again is None:
                 return None
             address = again
@@ -170,9 +175,9 @@ class Relay:
 
     def forget(self, address: str) -> None:
         """A master that failed a call is looked up again for the next one."""
-        for group, (_until, a) in list(self._masters.items()):
+        for key, (_until, a) in list(self._masters.items()):
             if a == address:
-                self._masters.pop(group, None)
+                self._masters.pop(key, None)
 
 
 def _bytes(request: Any) -> bytes:

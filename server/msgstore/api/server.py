@@ -39,7 +39,7 @@ from .member import (
     _default_ip,
 )
 from .metrics import Metrics
-from .relay import NEVER_RELAYED
+from .relay import NEVER_RELAYED, READS
 from .rocketmq.protocol import SERVICE as ROCKETMQ_SERVICE
 from .rocketmq.service import MessagingService
 from .route import PeerDirectory
@@ -105,6 +105,7 @@ class StoreServer(Member):
         """``fn``, unless the call names another replica group (or this one while this node is
         not its master): then it is passed through to that group's master (relay.py)."""
         relay = self.relay
+        reads = method.name in READS
         if method.client_streaming:
 
             async def bidi(requests, context):
@@ -117,7 +118,7 @@ class StoreServer(Member):
         if method.server_streaming:
 
             async def stream(request, context):
-                address = None if isinstance(request, v.BadRequest) else await relay.target(context)
+                address = None if isinstance(request, v.BadRequest) else await relay.target(context, reads=reads)
                 if address is None:
                     async for item in fn(request, context):
                         yield item
@@ -128,7 +129,7 @@ class StoreServer(Member):
             return stream
 
         async def unary(request, context):
-            address = None if isinstance(request, v.BadRequest) else await relay.target(context)
+            address = None if isinstance(request, v.BadRequest) else await relay.target(context, reads=reads)
             if address is None:
                 return await fn(request, context)
             answer = await relay.unary(path, request, context, address)

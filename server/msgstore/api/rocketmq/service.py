@@ -182,6 +182,18 @@ class MessagingService:
         answer = await self.server.relay.on_master(group or self.server._group_name(), method, request, ctx)
         return answer if answer is not None else await here(request, ctx)
 
+    async def _queue_group(self, queue: Any) -> str:
+        """The replica group a call on ``queue`` (a MessageQueue from a route or an assignment)
+        is for: its broker's name, which is the group. Through an access point every broker
+        has the same endpoints, so the connection may reach any node; a name no route knows
+        (another client's convention) means this node's group, as before."""
+        own = self.server._group_name()
+        name = queue.broker.name
+        if not name or name == own or self.server.options.access_points is None:
+            return own
+        _address, known = await self.server.relay.master_of(name, reads=True)
+        return name if known else own
+
     async def _fifo_placement(self, topic: str, request: Any, context) -> tuple[str, list[int]] | None:
         """Through an access point with several replica groups, a FIFO message group's queue is
         chosen over every group's queues, as RocketMQ's proxy does: it stays in one queue
@@ -384,6 +396,7 @@ class MessagingService:
             pb.ReceiveRequest(group=group, topic=topic, max_messages=batch, invisible_ms=invisible, wait_ms=wait, tag_filter=tag_filter),
             context,
             self.data.Receive,
+            await self._queue_group(request.message_queue),
         )
         if isinstance(got, bytes):
             got = pb.ReceiveResponse.FromString(got)
@@ -519,9 +532,12 @@ class MessagingService:
             raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to {v.MAX_PULL_MESSAGES}, got {request.batch_size}")
         tag_filter = self._tag_filter(request.filter_expression)
         wait = self._poll_ms(request, context)
-        got = await self.data.Pull(
+        got = await self._on_master(
+            "Pull",
             pb.PullRequest(topic=topic, queue_id=qid, offset=request.offset, max_messages=batch, tag_filter=tag_filter, timeout_ms=wait),
-            CallContext(context),
+            context,
+            self.data.Pull,
+            await self._queue_group(request.message_queue),
         )
         if isinstance(got, (bytes, bytearray)):
             got = pb.PullResponse.FromString(bytes(got))
@@ -545,18 +561,27 @@ class MessagingService:
         topic = topic_of(request.message_queue.topic, "message_queue.topic")
         if request.offset < 0:
             raise Refusal(d.ILLEGAL_OFFSET, f"offset: must be >= 0, got {request.offset}")
-        await self.data.CommitOffset(
+        await self._on_master(
+            "CommitOffset",
             pb.CommitOffsetRequest(group=group, topic=topic, queue_id=request.message_queue.id, offset=request.offset),
-            CallContext(context),
+            context,
+            self.data.CommitOffset,
+            await self._queue_group(request.message_queue),
         )
         return s.UpdateOffsetResponse(status=status())
 
     async def GetOffset(self, request, context):
         group = group_of(request.group)
         topic = topic_of(request.message_queue.topic, "message_queue.topic")
-        got = await self.data.GetCommittedOffset(
-            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=request.message_queue.id), CallContext(context)
+        got = await self._on_master(
+            "GetCommittedOffset",
+            pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=request.message_queue.id),
+            context,
+            self.data.GetCommittedOffset,
+            await self._queue_group(request.message_queue),
         )
+        if isinstance(got, bytes):
+            got = pb.GetCommittedOffsetResponse.FromString(got)
         if got.offset < 0:
             return s.GetOffsetResponse(status=status(d.OFFSET_NOT_FOUND, f"{group} has no offset for {topic}/{request.message_queue.id}"))
         return s.GetOffsetResponse(status=status(), offset=got.offset)
@@ -564,15 +589,25 @@ class MessagingService:
     async def QueryOffset(self, request, context):
         topic = topic_of(request.message_queue.topic, "message_queue.topic")
         qid = request.message_queue.id
-        cc = CallContext(context)
+        group = await self._queue_group(request.message_queue)
         if request.query_offset_policy == d.TIMESTAMP:
             if not request.HasField("timestamp"):
                 raise Refusal(d.BAD_REQUEST, "timestamp: required with query_offset_policy TIMESTAMP")
-            got = await self.data.GetOffsetByTime(
-                pb.GetOffsetByTimeRequest(topic=topic, queue_id=qid, timestamp=messages._ms(request.timestamp)), cc
+            got = await self._on_master(
+                "GetOffsetByTime",
+                pb.GetOffsetByTimeRequest(topic=topic, queue_id=qid, timestamp=messages._ms(request.timestamp)),
+                context,
+                self.data.GetOffsetByTime,
+                group,
             )
+            if isinstance(got, bytes):
+                got = pb.GetOffsetByTimeResponse.FromString(got)
             return s.QueryOffsetResponse(status=status(), offset=got.offset)
-        queues = await self.data.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=topic, queue_id=qid), cc)
+        queues = await self._on_master(
+            "GetQueueOffsets", pb.GetQueueOffsetsRequest(topic=topic, queue_id=qid), context, self.data.GetQueueOffsets, group
+        )
+        if isinstance(queues, bytes):
+            queues = pb.GetQueueOffsetsResponse.FromString(queues)
         q = queues.queues[0] if queues.queues else pb.QueueOffsets()
         return s.QueryOffsetResponse(status=status(), offset=q.min_offset if request.query_offset_policy == d.BEGINNING else q.max_offset)
 
