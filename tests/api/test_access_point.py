@@ -12,6 +12,7 @@ import pytest
 from rocketmq import Producer
 
 from msgstore.client import AsyncClient, Client, Consumer, OutMessage, QueueRef, StoreError
+from msgstore.v1 import msgstore_pb2 as pb
 from tests.api import test_cli as cli
 from tests.rocketmq.conftest import config, started
 from tests.rocketmq.test_official_client import message, receive_all, simple
@@ -208,3 +209,35 @@ def test_rocketmq_v2_calls_on_a_queue_go_to_the_group_its_broker_names(cluster, 
         assert stub.GetOffset(s.GetOffsetRequest(group=res(name="p"), message_queue=mine), timeout=10).status.code == d.OFFSET_NOT_FOUND
     with Client(cluster[0].address, timeout=10) as direct:
         assert direct.committed("p", "spread", QueueRef("store-0", cluster[0].address, q.queue_id)) == hi
+
+
+def test_a_topic_on_some_groups_only_is_found_through_any_node(cluster, forwarders):
+    """With autoCreateTopicEnable off, a topic created on store-0 alone (a team's own broker) is
+    found, sent to and received through an address that leads to store-2, which does not have
+    it, on both protocols; the groups without it are not asked for it."""
+    import grpc
+    from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
+
+    d, s = definition_pb2, service_pb2
+    for n in cluster:
+        n.settings.append("autoCreateTopicEnable=false")
+    with_access_point(cluster)
+    with Client(cluster[0].address, timeout=10) as direct:
+        direct._call(cluster[0].address, "CreateTopic", pb.CreateTopicRequest(topic="team", queues=2))
+    fwd = forwarders(cluster[2].address)
+    with Client(fwd.address, timeout=10) as c:
+        assert {q.node for q in c.route("team").queues} == {"store-0"}
+        assert {c.send("team", b"t%d" % i).node for i in range(6)} == {"store-0"}
+        got = c.receive("readers", "team", 32)
+        assert sorted(r.body for r in got) == sorted(b"t%d" % i for i in range(6))
+    with grpc.insecure_channel(fwd.address) as channel:
+        stub = MessagingServiceStub(channel)
+        route = stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="team")), timeout=10)
+        assert route.status.code == d.OK and {q.broker.name for q in route.message_queues} == {"store-0"}
+        assignment = stub.QueryAssignment(s.QueryAssignmentRequest(topic=d.Resource(name="team"), group=d.Resource(name="v2")), timeout=10)
+        assert assignment.status.code == d.OK and {a.message_queue.broker.name for a in assignment.assignments} == {"store-0"}
+    with started(Producer(config(fwd.address), ("team",))) as producer:
+        producer.send(message("team", b"official"))
+    with started(simple(config(fwd.address), "v2readers", "team", 1)) as consumer:
+        got = receive_all(consumer, 7)
+    assert b"official" in {m.body for m in got}

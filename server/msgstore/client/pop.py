@@ -17,6 +17,13 @@ from .errors import StoreError
 from .routing import QueueRef
 
 
+def holding(nodes: list) -> list:
+    """The groups a receive asks: those the route lists queues of the topic on (a topic created
+    on some groups only is unknown to the others, which would refuse it); all of them when
+    none does, so that a missing topic is still said."""
+    return [n for n in nodes if n.queue_ids] or nodes
+
+
 @dataclass
 class Received:
     """One delivery of a message to a member of a group."""
@@ -117,7 +124,7 @@ class PopCalls:
         """Up to ``max_messages`` not yet delivered to ``group`` (redeliveries first), each
         invisible to the group for ``invisible`` seconds; waits up to ``wait`` seconds on the
         last node asked when none has any."""
-        nodes = self.route(topic).nodes or []
+        nodes = holding(self.route(topic).nodes or [])
         out: list[Received] = []
         for i, node in enumerate(nodes):
             if len(out) >= max_messages:
@@ -187,7 +194,7 @@ class AsyncPopCalls:
     async def receive(
         self: Any, group: str, topic: str, max_messages: int = 32, *, invisible: float = 30.0, wait: float = 0.0, tags: str | None = None
     ) -> list[Received]:
-        nodes = (await self.route(topic)).nodes or []
+        nodes = holding((await self.route(topic)).nodes or [])
         out: list[Received] = []
         for i, node in enumerate(nodes):
             if len(out) >= max_messages:

@@ -217,6 +217,24 @@ class MessagingService:
             out.append(q)
         return first[0], out
 
+    async def _elsewhere(self, topic: str, request: Any, context) -> tuple[str, list[int]] | None:
+        """Through an access point, a send for a topic this node's group does not have (created
+        on other groups only) goes to a group that has it, its queues taken in turn; None:
+        stored in this node's group, as always."""
+        if self.server.options.access_points is None:
+            return None
+        try:
+            v.check_known_topic(self.store, topic)
+            return None
+        except v.TopicNotFound:
+            pass
+        own = self.server._group_name()
+        holders = [(b.name, qids) for b, qids in await self._brokers(topic, context) if qids and b.name != own]
+        if not holders:
+            return None  # (refused here by name, as before)
+        group, qids = holders[next(self._turn) % len(holders)]
+        return group, [qids[next(self._turn) % len(qids)] for _ in request.messages]
+
     def _known(self, topic: str, field: str = "topic.name") -> str:
         """RocketMQ's proxy answers TOPIC_NOT_FOUND for a topic no send would create."""
         try:
@@ -224,10 +242,30 @@ class MessagingService:
         except v.TopicNotFound:
             raise Refusal(d.TOPIC_NOT_FOUND, f"{field}: no topic {topic} (autoCreateTopicEnable is off: create it first)") from None
 
+    def _known_here(self, topic: str, group: str) -> str:
+        """The topic checked here when this node's group serves the call (another group's
+        master checks it there)."""
+        return self._known(topic, "message_queue.topic.name") if group == self.server._group_name() else topic
+
+    async def _routed(self, topic: str, context, asked: Any = None) -> list[tuple[Any, list[int]]]:
+        """The topic's brokers (``_brokers``), TOPIC_NOT_FOUND when none has it and no send would
+        create it: a topic created on some groups only is found through any node."""
+        try:
+            self._known(topic)
+        except Refusal as missing:
+            try:
+                brokers = await self._brokers(topic, context, asked)
+            except v.TopicNotFound:
+                raise missing from None  # (no node has it: said for the request's field)
+            if not any(qids for _b, qids in brokers):
+                raise missing from None
+            return brokers
+        return await self._brokers(topic, context, asked)
+
     async def QueryRoute(self, request, context):
-        topic = self._known(topic_of(request.topic))
+        topic = topic_of(request.topic)
         queues = []
-        for broker, qids in await self._brokers(topic, context, request.endpoints):
+        for broker, qids in await self._routed(topic, context, request.endpoints):
             for q in qids:
                 queues.append(
                     d.MessageQueue(
@@ -237,7 +275,7 @@ class MessagingService:
         return s.QueryRouteResponse(status=status(), message_queues=queues)
 
     async def QueryAssignment(self, request, context):
-        topic = self._known(topic_of(request.topic))
+        topic = topic_of(request.topic)
         group_of(request.group)
         assignments = [
             d.Assignment(
@@ -245,7 +283,8 @@ class MessagingService:
                     topic=d.Resource(name=topic), id=-1, permission=d.READ_WRITE, broker=broker, accept_message_types=ALL_TYPES
                 )
             )
-            for broker, _ in await self._brokers(topic, context, request.endpoints)
+            for broker, qids in await self._routed(topic, context, request.endpoints)
+            if qids  # (a group without the topic would only refuse it)
         ]
         return s.QueryAssignmentResponse(status=status(), assignments=assignments)
 
@@ -278,7 +317,7 @@ class MessagingService:
         for i, m in enumerate(request.messages):
             if i and topic_of(m.topic, f"messages[{i}].topic") != topic:
                 raise Refusal(d.BAD_REQUEST, f"messages[{i}].topic: a batch goes to one topic ({topic}), got {m.topic.name}")
-        placed = await self._fifo_placement(topic, request, context)
+        placed = await self._fifo_placement(topic, request, context) or await self._elsewhere(topic, request, context)
         group, queues = placed if placed is not None else (self.server._group_name(), [self._queue_for(topic, m) for m in request.messages])
         if any(messages.compressed(m) for m in request.messages):  # (inflating is work: off the loop)
             entries = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._entries, request, topic, queues)
@@ -376,7 +415,8 @@ class MessagingService:
 
     async def ReceiveMessage(self, request, context) -> AsyncIterator[Any]:
         group = group_of(request.group)
-        topic = self._known(topic_of(request.message_queue.topic, "message_queue.topic"), "message_queue.topic.name")
+        where = await self._queue_group(request.message_queue)
+        topic = self._known_here(topic_of(request.message_queue.topic, "message_queue.topic"), where)
         batch = request.batch_size or 32
         if not 1 <= batch <= 1000:
             raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to 1000, got {request.batch_size}")
@@ -396,7 +436,7 @@ class MessagingService:
             pb.ReceiveRequest(group=group, topic=topic, max_messages=batch, invisible_ms=invisible, wait_ms=wait, tag_filter=tag_filter),
             context,
             self.data.Receive,
-            await self._queue_group(request.message_queue),
+            where,
         )
         if isinstance(got, bytes):
             got = pb.ReceiveResponse.FromString(got)
@@ -521,7 +561,8 @@ class MessagingService:
 
     async def PullMessage(self, request, context) -> AsyncIterator[Any]:
         group_of(request.group)
-        topic = self._known(topic_of(request.message_queue.topic, "message_queue.topic"), "message_queue.topic.name")
+        where = await self._queue_group(request.message_queue)
+        topic = self._known_here(topic_of(request.message_queue.topic, "message_queue.topic"), where)
         qid = request.message_queue.id
         if qid < 0:
             raise Refusal(d.BAD_REQUEST, f"message_queue.id: must be >= 0, got {qid}")
@@ -537,7 +578,7 @@ class MessagingService:
             pb.PullRequest(topic=topic, queue_id=qid, offset=request.offset, max_messages=batch, tag_filter=tag_filter, timeout_ms=wait),
             context,
             self.data.Pull,
-            await self._queue_group(request.message_queue),
+            where,
         )
         if isinstance(got, (bytes, bytearray)):
             got = pb.PullResponse.FromString(bytes(got))
