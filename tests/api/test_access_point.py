@@ -241,3 +241,18 @@ def test_a_topic_on_some_groups_only_is_found_through_any_node(cluster, forwarde
     with started(simple(config(fwd.address), "v2readers", "team", 1)) as consumer:
         got = receive_all(consumer, 7)
     assert b"official" in {m.body for m in got}
+
+
+def test_a_message_is_found_by_its_id_through_any_node(cluster, forwarders):
+    """An offset message id names the member that stored it (an address the client may not
+    reach): through an access point the lookup goes to that member's group."""
+    with_access_point(cluster)
+    fwd = forwarders(cluster[2].address)
+    with Client(fwd.address, timeout=10) as c:
+        sent = {}
+        while not {"store-0", "store-1"} <= set(sent):
+            r = c.send("ids", b"by id from %d" % len(sent))
+            sent.setdefault(r.node, r)
+        for node in ("store-0", "store-1"):
+            got = c.get_message(sent[node].message_id)
+            assert got.msg_id == sent[node].message_id and got.body.startswith(b"by id")

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import grpc
 
 from ..client.errors import status_of
+from ..record import codec
 from ..v1 import msgstore_pb2
 from .auth import TokenSource
 
@@ -108,6 +109,18 @@ class Relay:
         if address is not None:
             self._masters[(group, reads)] = (time.monotonic() + MASTER_CACHE_S, address)
         return address, known
+
+    async def group_storing(self, msg_id: str) -> str:
+        """The replica group of the member an offset message id names ('' when the id does not
+        decode or the route knows no such member): a lookup by id is served there, whichever
+        node the caller's connection reached."""
+        try:
+            (ip, port), _offset = codec.decode_message_id(msg_id)
+        except ValueError:
+            return ""
+        address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        server = self.server
+        return next((n.group or n.name for n in await server.route("", server.local_route("")) if n.address == address), "")
 
     def _metadata(self, context) -> list[tuple[str, str]]:
         passed = [(k, v) for k, v in context.invocation_metadata() or () if k in PASSED_ON]

@@ -128,8 +128,11 @@ class StoreServer(Member):
 
             return stream
 
+        by_id = method.name == "GetMessage"
+
         async def unary(request, context):
-            address = None if isinstance(request, v.BadRequest) else await relay.target(context, reads=reads)
+            group = await relay.group_storing(request.msg_id) if by_id and not isinstance(request, v.BadRequest) and request.msg_id else ""
+            address = None if isinstance(request, v.BadRequest) else await relay.target(context, group, reads=reads)
             if address is None:
                 return await fn(request, context)
             answer = await relay.unary(path, request, context, address)

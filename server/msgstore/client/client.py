@@ -626,8 +626,10 @@ class Client(PopCalls):
             return self._call(target.address, "GetMessage", pb.GetMessageRequest(commitlog_offset=commitlog_offset)).message
         (ip, port), _ = codec.decode_message_id(msg_id)
         address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-        known = {n.address for n in self.nodes()}
-        target_addr = address if address in known else (node.address if node else self.endpoints[0])
+        # the member that stored it, or its group (every member holds the same log; through an
+        # access point the group is reached there, the member's own address perhaps not at all)
+        holder = next((n for n in self.nodes() if address == n.address or any(m.address == address for m in n.members)), None)
+        target_addr = holder.address if holder is not None else (node.address if node else self.endpoints[0])
         return self._call(target_addr, "GetMessage", pb.GetMessageRequest(msg_id=msg_id)).message
 
     def queue_offsets(
