@@ -53,7 +53,6 @@ PEER_CHANNEL_OPTIONS = [
     ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
 ]
 
-log = logging.getLogger(__name__)
 
 # what health reports on (besides the server as a whole)
 HEALTH_SERVICES = (

@@ -153,7 +153,7 @@ class Relay:
             try:
                 return await call(payload, metadata=metadata or self._metadata(context), timeout=_timeout(context))
             except grpc.aio.AioRpcError as e:
-                self.forget(address)
+                self._suspect(e, address)
                 repeatable = path.rsplit("/", 1)[-1] in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE
                 if not (never_sent(e) or repeatable):
                     await context.abort(status_of(e)[0], _details(e, address))
@@ -170,7 +170,7 @@ class Relay:
             async for item in call(_bytes(request), metadata=self._metadata(context), timeout=_timeout(context, None)):
                 yield item
         except grpc.aio.AioRpcError as e:
-            self.forget(address)
+            self._suspect(e, address)
             await context.abort(status_of(e)[0], _details(e, address))
 
     async def bidi(self, path: str, requests, context, address: str) -> None:
@@ -185,8 +185,14 @@ class Relay:
             async for answer in call(upstream(), metadata=self._metadata(context), timeout=_timeout(context, None)):
                 await context.write(answer)
         except grpc.aio.AioRpcError as e:
-            self.forget(address)
+            self._suspect(e, address)
             await context.abort(status_of(e)[0], _details(e, address))
+
+    def _suspect(self, e: grpc.aio.AioRpcError, address: str) -> None:
+        """A master the call could not get through to (down, deposed, slow) is looked up again;
+        one that answered with a verdict of its own (a bad argument, a missing topic) is not."""
+        if status_of(e)[0] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.FAILED_PRECONDITION):
+            self.forget(address)
 
     def forget(self, address: str) -> None:
         """A master that failed a call is looked up again for the next one."""

@@ -29,7 +29,7 @@ def cmd_serve(args) -> int:
         host=args.host,
         port=args.port,
         advertise=args.advertise,
-        access_points=None if args.access_point is None else [a for a in args.access_point.split(",") if a.strip()],
+        access_points=None if args.access_point is None else [a.strip() for a in args.access_point.split(",") if a.strip()],
         node_name=args.node_name,
         settings=settings,
         admin_token=token_source(args.admin_token_file, args.admin_token_env),

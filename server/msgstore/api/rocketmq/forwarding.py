@@ -74,7 +74,8 @@ class Forwarder:
         if not known and group != server._group_name():
             code, field = UNKNOWN_GROUP.get(method, (d.INVALID_RECEIPT_HANDLE, "receipt_handle"))
             raise Refusal(code, f"{field}: names group {group}, which this store does not know")
-        deadline = time.monotonic() + TIMEOUT_S
+        left = context.time_remaining()  # the caller's deadline, passed on (TIMEOUT_S when it set none)
+        deadline = time.monotonic() + (TIMEOUT_S if left is None else max(0.001, left))
         while True:
             if address is None:
                 address = await server.relay.target(CallContext(context), group)
