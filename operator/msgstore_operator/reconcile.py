@@ -117,6 +117,12 @@ class Reconciler:
             want = _at(obj, path)
             if want != {} and not contains(_at(live, path), want):
                 _merge(patch, _nest(path, want))
+        if kind == "Service":  # annotations the spec no longer names (render.SERVICE_ANNOTATIONS)
+            had = (live.get("metadata", {}).get("annotations") or {}).get(render.SERVICE_ANNOTATIONS, "")
+            wanted = meta.get("annotations") or {}
+            gone = {k: None for k in had.split(",") if k and k not in wanted and k in (live["metadata"].get("annotations") or {})}
+            if gone:
+                _merge(patch, {"metadata": {"annotations": {**wanted, **gone}}})
         if patch:
             outcome.patched.append(f"patch {kind}/{meta['name']}")
             return self.kube.patch(kind, meta["namespace"], meta["name"], patch)

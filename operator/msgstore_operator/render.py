@@ -16,6 +16,9 @@ from .spec import ADMIN_DIR, API_VERSION, CONFIG_CHECKSUM, CONFIG_DIR, DATA_DIR,
 UID = 10001
 
 
+SERVICE_ANNOTATIONS = "msgstore.io/service-annotations"
+
+
 def owner(spec: Spec) -> list[dict[str, Any]]:
     return [
         {
@@ -112,8 +115,13 @@ def headless_service(spec: Spec) -> dict[str, Any]:
 def client_service(spec: Spec) -> dict[str, Any]:
     """Where clients connect: every pod behind it; with spec.access AccessPoint, routes name it."""
     meta = _meta(spec, spec.name)
-    if spec.service_annotations:
-        meta["annotations"] = {**meta.get("annotations", {}), **spec.service_annotations}
+    # which of its annotations came from spec.access.serviceAnnotations: one taken out of the
+    # spec is removed from the Service (others', a cloud controller's, are left alone)
+    meta["annotations"] = {
+        **meta.get("annotations", {}),
+        **spec.service_annotations,
+        SERVICE_ANNOTATIONS: ",".join(sorted(spec.service_annotations)),
+    }
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -184,7 +184,11 @@ def test_client_access_defaults_to_the_access_point_and_the_service_type_is_a_va
     assert "--access-point" not in render.container_args(spec)
     svc = render.client_service(spec)
     assert svc["spec"]["type"] == "LoadBalancer"
-    assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
+    assert svc["metadata"]["annotations"] == {
+        "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+        # (which of them the operator removes once they leave the values)
+        "msgstore.io/service-annotations": "service.beta.kubernetes.io/aws-load-balancer-internal",
+    }
     validate(svc)
     with pytest.raises(specmod.SpecError, match="spec.access.mode"):
         specmod.parse({**store, "spec": {**store["spec"], "access": {"mode": "Sideways"}}})

@@ -245,3 +245,25 @@ async def test_admin_token_from_a_secret(env):
     await env.patch(spec={"store": {**SMALL, "fileReservedTime": 7}})
     admin = Client(env.cluster.containers["orders-0"].address, admin_token="t0ps3cret").admin()
     await env.until(lambda: admin.config()["fileReservedTime"] == "7", what="the push with the token")  # ...the operator has it
+
+
+async def test_service_annotations_taken_out_of_the_spec_leave_the_service(env):
+    """spec.access.serviceAnnotations are added to the client Service, and one removed from the
+    spec is removed from it; annotations put there by others (a cloud controller) stay."""
+    await env.create(replicas=1, store=SMALL, access={"serviceAnnotations": {"lb.io/internal": "true", "lb.io/tier": "gold"}})
+
+    def annotations() -> dict:
+        return ((env.obj(SVC, "orders") or {}).get("metadata") or {}).get("annotations") or {}
+
+    await env.until(lambda: annotations().get("lb.io/tier") == "gold", what="the annotations on the Service")
+    svc = env.obj(SVC, "orders")
+    await asyncio.to_thread(
+        kubemod.connect(host=env.url).patch,
+        "Service",
+        svc["metadata"]["namespace"],
+        "orders",
+        {"metadata": {"annotations": {"cloud.io/id": "x"}}},
+    )
+    await env.patch(spec={"access": {"serviceAnnotations": {"lb.io/internal": "true", "lb.io/tier": None}}})
+    await env.until(lambda: "lb.io/tier" not in annotations(), what="the removed annotation gone from the Service")
+    assert annotations()["lb.io/internal"] == "true" and annotations()["cloud.io/id"] == "x"
