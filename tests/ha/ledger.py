@@ -139,6 +139,7 @@ class Producer(threading.Thread):
         self.pause = pause
         self.stop = threading.Event()
         self.sent = 0
+        self.tried = 0
         self.last_error = ""
         self.last_answer = 0.0  # monotonic
 
@@ -147,6 +148,7 @@ class Producer(threading.Thread):
         while not self.stop.is_set() and i < self.limit:
             bodies = [b"%s-%d-%d" % (self.tag, i, k) for k in range(self.batch)]
             i += 1
+            self.tried = i
             t0 = time.monotonic()
             try:
                 results = self.client.send_batch(self.topic, [OutMessage(b) for b in bodies])
@@ -178,7 +180,8 @@ class Producer(threading.Thread):
         frame = sys._current_frames().get(self.ident or -1)
         where = "".join(traceback.format_stack(frame)[-6:]) if frame is not None else "(not running)\n"
         since = f"{time.monotonic() - self.last_answer:.1f} s ago" if self.last_answer else "never"
-        return f"producer {self.tag.decode()}: {self.sent} batches, last answer {since}, last error {self.last_error!r}, at:\n{where}"
+        done = " (its limit reached)" if self.tried >= self.limit else ""
+        return f"producer {self.tag.decode()}: {self.sent} batches{done}, last answer {since}, last error {self.last_error!r}, at:\n{where}"
 
 
 class RecordWatch(threading.Thread):
