@@ -728,13 +728,15 @@ def test_an_official_producer_through_the_service_sees_no_error_during_a_roll(k8
     """Issue 31 on the real control plane: one replica group of three (SYNC), reached as a client
     outside the cluster would, through one address in front of every pod (what the client
     Service is; a TCP forwarder here, since no kube-proxy runs): RocketMQ 5's official producer
-    sends while the operator rolls every pod (followers first, then a switchover). The pod a
-    connection reaches forwards each send to the group's master: no error reaches the
-    application, nothing acknowledged is lost, and the longest send is printed."""
+    sends and its SimpleConsumer receives while the operator rolls every pod (followers first,
+    then a switchover). The pod a connection reaches forwards each call to the group's master:
+    no send error reaches the application, the consumer receives every acknowledged message,
+    and the longest send and the consumer's errors are printed."""
     from rocketmq import Producer as OfficialProducer
 
-    from tests.ha.test_access_point_failover import Sends
+    from tests.ha.test_access_point_failover import Receives, Sends
     from tests.rocketmq.conftest import config, started
+    from tests.rocketmq.test_official_client import simple
     from tests.support.tcp_forwarder import TcpForwarder
 
     ns = "access"
@@ -759,9 +761,14 @@ def test_an_official_producer_through_the_service_sees_no_error_during_a_roll(k8
     k8s.wait(lambda: k8s.ready(ns, "orders") and in_sync(), 180, "orders Ready with both followers in sync")
     service = TcpForwarder(endpoints)
     finished = len(k8s.events(ns, "RollFinished", "orders"))
-    sends = None
+    sends = receives = None
     try:
-        with started(OfficialProducer(config(service.address), ("orders",))) as producer:
+        with (
+            started(OfficialProducer(config(service.address), ("orders",))) as producer,
+            started(simple(config(service.address), "readers", "orders", 1)) as consumer,
+        ):
+            receives = Receives(consumer)
+            receives.start()
             sends = Sends(producer)
             sends.start()
             k8s.wait(lambda: len(sends.acked) > 30, 60, "sends through the one address")
@@ -771,7 +778,13 @@ def test_an_official_producer_through_the_service_sees_no_error_during_a_roll(k8
             k8s.wait(lambda: len(sends.acked) > count + 20, 60, "sends after the roll")
             sends.halted.set()
             sends.join(30)
-        print(f"through one address during a roll: {len(sends.acked)} acknowledged, longest send {sends.longest:.2f} s")
+            k8s.wait(lambda: set(sends.acked) <= receives.got, 60, "the consumer to receive every acknowledged message")
+            receives.halted.set()
+            receives.join(40)
+        print(
+            f"through one address during a roll: {len(sends.acked)} acknowledged, longest send {sends.longest:.2f} s; "
+            f"the consumer saw {len(receives.errors)} errors {receives.errors[:2]}"
+        )
         assert not sends.errors, sends.errors[:3]
         with Client(service.address, timeout=10) as c:
             got: set[bytes] = set()
@@ -782,8 +795,9 @@ def test_an_official_producer_through_the_service_sees_no_error_during_a_roll(k8
                     off = pulled.next_offset
         assert set(sends.acked) <= got, f"{len(set(sends.acked) - got)} acknowledged messages lost"
     finally:
-        if sends is not None:
-            sends.halted.set()
+        for t in (sends, receives):
+            if t is not None:
+                t.halted.set()
         service.close()
         k8s.kubectl("delete", "mstore", "orders", "-n", ns, "--wait=false", check=False)
 

@@ -119,6 +119,11 @@ def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -
     return status(code, message)
 
 
+# v1 calls a v2 call becomes that refuse, before doing anything, on a member that is not (or no
+# longer) its group's master: sent on to the master when that happens between the look and the call
+AGAIN_ON_MASTER = frozenset({"Receive", "Pull", "CommitOffset", "GetCommittedOffset", "GetOffsetByTime", "GetQueueOffsets"})
+
+
 class MessagingService:
     def __init__(self, server: Member, data: DataPlane):
         self.server = server
@@ -179,7 +184,20 @@ class MessagingService:
         master, or one that reached a follower through an access point, is served without an
         error."""
         ctx = CallContext(context)
-        answer = await self.server.relay.on_master(group or self.server._group_name(), method, request, ctx)
+        own = self.server._group_name()
+        group = group or own
+        answer = await self.server.relay.on_master(group, method, request, ctx)
+        if answer is not None:
+            return answer
+        try:
+            return await here(request, ctx)
+        except Refusal:
+            # this node stopped taking writes between the look and the call (a switchover fenced
+            # it): a refusal from before anything was done (a receive checks first) goes, once,
+            # to the group's master, as a call reaching a follower would have
+            if group != own or self.server._broker_delivers() or method not in AGAIN_ON_MASTER:
+                raise
+        answer = await self.server.relay.on_master(group, method, request, ctx)
         return answer if answer is not None else await here(request, ctx)
 
     async def _queue_group(self, queue: Any) -> str:
