@@ -752,10 +752,10 @@ def test_an_official_producer_through_the_service_sees_no_error_during_a_roll(k8
     def endpoints() -> list[str]:  # the Service's ready endpoints, as they change
         out = []
         for p in pods:
-            pod = k8s.pod(ns, p) or {}
-            ip = (pod.get("status") or {}).get("podIP")
-            if ip:
-                out.append(f"{ip}:10911")
+            status = (k8s.pod(ns, p) or {}).get("status") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+            if status.get("podIP") and ready:
+                out.append(f"{status['podIP']}:10911")
         return out
 
     k8s.wait(lambda: k8s.ready(ns, "orders") and in_sync(), 180, "orders Ready with both followers in sync")

@@ -188,3 +188,35 @@ def test_reads_through_one_address_go_on_while_the_arbiter_is_away(groups, etcd)
         client.close()
         direct.close()
         service.close()
+
+
+def test_an_official_producer_through_one_address_sees_no_error_in_a_switchover(groups, etcd):
+    """A switchover fences the master first: a send it refuses then was never stored (it says so
+    in the call's trailers), so the node that passed it on sends it to the new master instead of
+    failing the producer."""
+    from tests.ha.test_fencing import promote
+
+    g = groups(3, master=SYNC, peers=False, arbiter=etcd.url(), start=False)
+    for m in g.members:
+        m.extra += ["--access-point"]
+    g.start()
+    _m0, m1, m2 = g.members
+    service = TcpForwarder(m2.address)
+    sends = None
+    try:
+        with started(Producer(config(service.address), ("orders",))) as producer:
+            sends = Sends(producer)
+            sends.start()
+            wait_until(lambda: len(sends.acked) > 50, what="sends through the access point")
+            for member in (m1, m2, m1):  # (three switchovers: one send in flight at a fence is likely)
+                promote(member)
+                before = len(sends.acked)
+                wait_until(lambda n=before: len(sends.acked) > n + 20, timeout=30, what="sends after the switchover")
+            sends.halted.set()
+            sends.join(30)
+        print(f"through one address, three switchovers: {len(sends.acked)} acknowledged, longest send {sends.longest:.2f} s")
+        assert not sends.errors, sends.errors[:3]
+    finally:
+        if sends is not None:
+            sends.halted.set()
+        service.close()

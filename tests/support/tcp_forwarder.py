@@ -10,6 +10,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+CONNECT_TIMEOUT_S = 2.0  # a backend that does not answer by then is passed over (as kube-proxy's next endpoint)
+
 
 class TcpForwarder:
     def __init__(self, backend: str | Callable[[], list[str]]):
@@ -32,7 +34,7 @@ class TcpForwarder:
         for i in range(len(backends)):
             host, _, port = backends[(start + i) % len(backends)].rpartition(":")
             try:
-                return socket.create_connection((host, int(port)), timeout=5)
+                return socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
             except OSError:
                 continue
         return None
@@ -43,16 +45,21 @@ class TcpForwarder:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = self._connect()
-            if upstream is None:
-                client.close()  # (no backend answers: refused, as a Service without endpoints)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self.connections += 1
-                self._open += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            # (each connection dials its backend on its own thread: one backend that does not
+            # answer must not hold the connections behind it)
+            threading.Thread(target=self._join, args=(client,), daemon=True).start()
+
+    def _join(self, client: socket.socket) -> None:
+        upstream = self._connect()
+        if upstream is None:
+            client.close()  # (no backend answers: refused, as a Service without endpoints)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self.connections += 1
+            self._open += [client, upstream]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:

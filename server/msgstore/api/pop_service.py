@@ -34,6 +34,10 @@ def _received(d: Delivery) -> pb.ReceivedMessage:
     return pb.ReceivedMessage(message=m, receipt_handle=d.receipt, attempt=d.attempt, invisible_until_ms=d.invisible_until)
 
 
+TAKING_OFFICE_S = 3.0
+MAX_TAKING_OFFICE_S = 15.0
+
+
 class PopHandlers:
     """Mixed into the data plane: ``self.server``, ``self._ready``."""
 
@@ -42,7 +46,9 @@ class PopHandlers:
     async def _pop_master(self, context) -> None:
         await self._ready(context)  # type: ignore[attr-defined]
         broker = self.server.broker
-        if broker is None or not self.server._broker_delivers() or not await broker_taking_office(self.server):
+        left = context.time_remaining()  # a master just promoted loads its deliveries: waited for within the call's deadline
+        wait = TAKING_OFFICE_S if left is None else max(TAKING_OFFICE_S, min(MAX_TAKING_OFFICE_S, left - 1.0))
+        if broker is None or not self.server._broker_delivers() or not await broker_taking_office(self.server, wait):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "this node is not its group's master (or is just taking office): receive on the master"
             )

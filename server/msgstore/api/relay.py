@@ -42,6 +42,7 @@ class Host(Protocol):
 
 NODE_KEY = "x-msgstore-node"  # the replica group a call is for (set by clients using an access point)
 FORWARDED = "x-msgstore-forwarded"  # set on a forwarded call: served where it lands
+NOT_DONE = "x-msgstore-not-done"  # in a failed call's trailers: refused before anything was done (not master, stopping)
 PASSED_ON = ("authorization", "x-mq-date-time")  # the caller's credentials travel with the call
 DEFAULT_TIMEOUT_S = 30.0  # a call without a deadline
 MASTER_POLL_S = 0.2
@@ -155,7 +156,7 @@ class Relay:
             except grpc.aio.AioRpcError as e:
                 self._suspect(e, address)
                 repeatable = path.rsplit("/", 1)[-1] in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE
-                if not (never_sent(e) or repeatable):
+                if not (never_sent(e) or repeatable or not_done(e)):
                     await context.abort(status_of(e)[0], _details(e, address))
                     raise
             await asyncio.sleep(MASTER_POLL_S)  # (the route may name the dead master a moment longer)
@@ -215,6 +216,12 @@ def never_sent(e: grpc.aio.AioRpcError) -> bool:
     """The call failed to connect (gRPC's words for it): the other end never saw it."""
     text = (e.details() or "").lower()
     return e.code() == grpc.StatusCode.UNAVAILABLE and ("failed to connect" in text or "connection refused" in text)
+
+
+def not_done(e: grpc.aio.AioRpcError) -> bool:
+    """The master refused the call before doing anything of it (fenced by a switchover, deposed,
+    shutting down in a roll): the group's next master may be sent it."""
+    return any(k == NOT_DONE for k, _v in e.trailing_metadata() or ())
 
 
 def _details(e: grpc.aio.AioRpcError, address: str) -> str:

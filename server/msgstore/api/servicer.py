@@ -22,6 +22,7 @@ from . import validation as v
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
 from .group_service import GroupHandlers
 from .pop_service import PopHandlers
+from .relay import NOT_DONE
 from .route import DuplicateNodeName
 from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, schedule_entries
 from .transaction_service import TransactionHandlers
@@ -36,6 +37,13 @@ WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetSta
 
 
 STREAM_IN_FLIGHT = 1024  # requests of one SendStream stored but not yet answered
+
+
+async def undone(context, code: grpc.StatusCode, message: str) -> None:
+    """Fail the call, saying in its trailers that nothing of it was done (relay.NOT_DONE), so
+    that a node that passed it on may send it to the group's next master."""
+    context.set_trailing_metadata(((NOT_DONE, "1"),))
+    await context.abort(code, message)
 
 
 class Refused(Exception):
@@ -102,7 +110,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
     async def _ready(self, context) -> None:
         reason = self.server.unavailable_reason()
         if reason:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
+            await undone(context, grpc.StatusCode.UNAVAILABLE, reason)
 
     # ------------------------------------------------------------------ send
 
@@ -115,6 +123,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         try:
             return await self._complete(accepted)
         except Refused as e:
+            if e.code == grpc.StatusCode.UNAVAILABLE:  # (fenced, deposed: the group's next master may take it)
+                await undone(context, e.code, e.message)
             await context.abort(e.code, e.message)
 
     async def SendStream(self, requests, context) -> None:

@@ -40,6 +40,9 @@ class CallContext:
             raise Refusal(d.INVALID_TRANSACTION_ID, message)
         raise from_grpc(code, message)
 
+    def set_trailing_metadata(self, metadata) -> None:
+        """(a v2 call's own trailers are its status: nothing to add)"""
+
     def peer(self) -> str:
         return self.real.peer()
 
