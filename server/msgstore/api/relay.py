@@ -149,6 +149,7 @@ class Relay:
         the call sent there, within the caller's deadline. A call that reached it is never
         sent twice: its failure is the caller's."""
         payload = _bytes(request)
+        end = time.monotonic() + (_timeout(context) or DEFAULT_TIMEOUT_S)  # one deadline for every attempt
         while True:
             call = self.server._ha_channel(address).unary_unary(path, request_serializer=None, response_deserializer=None)
             try:
@@ -156,7 +157,7 @@ class Relay:
             except grpc.aio.AioRpcError as e:
                 self._suspect(e, address)
                 repeatable = path.rsplit("/", 1)[-1] in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE
-                if not (never_sent(e) or repeatable or not_done(e)):
+                if not (never_sent(e) or repeatable or not_done(e)) or time.monotonic() >= end:
                     await context.abort(status_of(e)[0], _details(e, address))
                     raise
             await asyncio.sleep(MASTER_POLL_S)  # (the route may name the dead master a moment longer)

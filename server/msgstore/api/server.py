@@ -131,7 +131,11 @@ class StoreServer(Member):
         by_id = method.name == "GetMessage"
 
         async def unary(request, context):
-            group = await relay.group_storing(request.msg_id) if by_id and not isinstance(request, v.BadRequest) and request.msg_id else ""
+            group = (
+                await relay.group_storing(request.msg_id)
+                if by_id and self.options.access_points is not None and not isinstance(request, v.BadRequest) and request.msg_id
+                else ""
+            )
             address = None if isinstance(request, v.BadRequest) else await relay.target(context, group, reads=reads)
             if address is None:
                 return await fn(request, context)

@@ -68,6 +68,7 @@ class Accepted:
     started: float
     replicate: bool = False  # a SYNC master: answer once enough followers hold it
     handles: dict[int, str] | None = None  # recall handles of timer messages, by entry index
+    appended: bool = True  # False: refused before anything was appended (fenced, deposed)
 
     @property
     def waits(self) -> bool:
@@ -123,7 +124,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         try:
             return await self._complete(accepted)
         except Refused as e:
-            if e.code == grpc.StatusCode.UNAVAILABLE:  # (fenced, deposed: the group's next master may take it)
+            if e.code == grpc.StatusCode.UNAVAILABLE and not accepted.appended:  # (refused before appending: the next master may)
                 await undone(context, e.code, e.message)
             await context.abort(e.code, e.message)
 
@@ -230,7 +231,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         if refusal is not None:  # fenced, or too few members in sync to ever acknowledge: store nothing
             status, reason = refusal
             outcomes = [(idx, failed(status, reason)) for _t, _q, _b, idx in groups]
-            return Accepted(groups, outcomes, n, request_id, False, False, t0, handles=handles)
+            return Accepted(groups, outcomes, n, request_id, False, False, t0, handles=handles, appended=False)
         outcomes = self._append_groups(groups, defer_flush=sync)
         replicate = False
         if replica is not None and any(res.status.stored for _, res in outcomes):

@@ -15,6 +15,7 @@ from ..v1 import msgstore_pb2_grpc as pbg
 from . import access
 from .client import (
     ACCESS_RETRY_S,
+    NOTHING_STORED,
     RETRYABLE,
     ROUTE_TTL_S,
     OutMessage,
@@ -223,7 +224,7 @@ class AsyncClient(AsyncPopCalls):
                 target = route.pick(key, exclude=tried, reorder=reorder)
                 continue
             if not results.all_ok and results.statuses() & REROUTE and time.monotonic() < deadline:
-                if access.split(target.address)[1] and replicated(route, target):  # (as Client.send_batch)
+                if access.split(target.address)[1] and replicated(route, target) and results.statuses() <= NOTHING_STORED:
                     await self._drop_stream(target.address)
                     await asyncio.sleep(ACCESS_RETRY_S)
                     continue

@@ -48,6 +48,8 @@ from .transactions import CheckedMessage, TransactionProducer, end_transaction
 
 ROUTE_TTL_S = 10.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# refusals of a whole send before anything was stored: through an access point, sent again
+NOTHING_STORED = frozenset({"SERVICE_NOT_AVAILABLE", "IN_SYNC_REPLICAS_NOT_ENOUGH"})
 ACCESS_RETRY_S = 0.1  # an access point's group refused in-band (a master being replaced): asked again this often
 
 
@@ -464,7 +466,7 @@ class Client(PopCalls):
                 # "not master" / "replicas missing": a member that does not yet know it was
                 # replaced; the group's new master takes the send (what the old one stored is
                 # cut when it rejoins)
-                if access.split(target.address)[1] and replicated(route, target):
+                if access.split(target.address)[1] and replicated(route, target) and results.statuses() <= NOTHING_STORED:
                     # through an access point the address stays; the stream it opened leads to
                     # the member that refused: a new one is passed on to the group's master now
                     self._drop_stream(target.address)

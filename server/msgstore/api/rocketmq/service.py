@@ -121,6 +121,8 @@ def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -
 
 # v1 calls a v2 call becomes that refuse, before doing anything, on a member that is not (or no
 # longer) its group's master: sent on to the master when that happens between the look and the call
+# without an access point these are served where they land, as before the relay
+DIRECT_HERE = frozenset({"Pull", "CommitOffset", "GetCommittedOffset", "GetOffsetByTime", "GetQueueOffsets"})
 AGAIN_ON_MASTER = frozenset({"Receive", "Pull", "CommitOffset", "GetCommittedOffset", "GetOffsetByTime", "GetQueueOffsets"})
 
 
@@ -186,6 +188,8 @@ class MessagingService:
         ctx = CallContext(context)
         own = self.server._group_name()
         group = group or own
+        if group == own and method in DIRECT_HERE and self.server.options.access_points is None:
+            return await here(request, ctx)  # (direct routes: served where the client chose, followers' reads included)
         answer = await self.server.relay.on_master(group, method, request, ctx)
         if answer is not None:
             return answer
