@@ -18,7 +18,7 @@ from ..record.receipt import Receipt
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 from .convert import message_to_pb
-from .scheduled import broker_taking_office
+from .scheduled import TAKING_OFFICE_S, broker_taking_office
 
 if TYPE_CHECKING:
     from .member import Member
@@ -34,8 +34,7 @@ def _received(d: Delivery) -> pb.ReceivedMessage:
     return pb.ReceivedMessage(message=m, receipt_handle=d.receipt, attempt=d.attempt, invisible_until_ms=d.invisible_until)
 
 
-TAKING_OFFICE_S = 3.0
-MAX_TAKING_OFFICE_S = 15.0
+MAX_TAKING_OFFICE_S = 15.0  # a receive with a long deadline waits up to this (scheduled.TAKING_OFFICE_S at least)
 
 
 class PopHandlers:

@@ -116,10 +116,10 @@ class Relay:
         decode or the route knows no such member): a lookup by id is served there, whichever
         node the caller's connection reached."""
         try:
-            (ip, port), _offset = codec.decode_message_id(msg_id)
+            host, _offset = codec.decode_message_id(msg_id)
         except ValueError:
             return ""
-        address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        address = codec.host_str(host)
         server = self.server
         return next((n.group or n.name for n in await server.route("", server.local_route("")) if n.address == address), "")
 

@@ -99,7 +99,10 @@ def _half(server: Member, msgs: list[codec.Message], i: int) -> str:
     return RecallHandle(m.topic, 0, uniq, group_name).encode()
 
 
-async def broker_taking_office(server: Member, timeout: float = 3.0) -> bool:
+TAKING_OFFICE_S = 3.0  # how long a call waits, at least, for a just-promoted master's broker services
+
+
+async def broker_taking_office(server: Member, timeout: float = TAKING_OFFICE_S) -> bool:
     """The broker services are loaded on this master (they are within a second of a
     promotion: asked to look now, and awaited that long)."""
     broker = server.broker

@@ -626,8 +626,7 @@ class Client(PopCalls):
         if commitlog_offset is not None:
             target = node or self.nodes()[0]
             return self._call(target.address, "GetMessage", pb.GetMessageRequest(commitlog_offset=commitlog_offset)).message
-        (ip, port), _ = codec.decode_message_id(msg_id)
-        address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        address = codec.host_str(codec.decode_message_id(msg_id)[0])
         # the member that stored it, or its group (every member holds the same log; through an
         # access point the group is reached there, the member's own address perhaps not at all)
         holder = next((n for n in self.nodes() if address == n.address or any(m.address == address for m in n.members)), None)

@@ -119,10 +119,10 @@ def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -
     return status(code, message)
 
 
-# v1 calls a v2 call becomes that refuse, before doing anything, on a member that is not (or no
-# longer) its group's master: sent on to the master when that happens between the look and the call
 # without an access point these are served where they land, as before the relay
 DIRECT_HERE = frozenset({"Pull", "CommitOffset", "GetCommittedOffset", "GetOffsetByTime", "GetQueueOffsets"})
+# v1 calls a v2 call becomes that refuse, before doing anything, on a member that is not (or no
+# longer) its group's master: sent on to the master when that happens between the look and the call
 AGAIN_ON_MASTER = frozenset({"Receive", "Pull", "CommitOffset", "GetCommittedOffset", "GetOffsetByTime", "GetQueueOffsets"})
 
 
