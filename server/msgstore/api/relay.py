@@ -56,7 +56,17 @@ REPEATABLE = frozenset(
 # what only reads what a master holds: served by a master that may not acknowledge now (fenced: its
 # lease or quorum away), as it is when asked directly, instead of waiting for one that may
 READS = frozenset(
-    {"Pull", "Subscribe", "GetQueueOffsets", "GetOffsetByTime", "GetCommittedOffset", "GetMessage", "QueryByKey", "ListTopics"}
+    {
+        "Pull",
+        "PullQueues",
+        "Subscribe",
+        "GetQueueOffsets",
+        "GetOffsetByTime",
+        "GetCommittedOffset",
+        "GetMessage",
+        "QueryByKey",
+        "ListTopics",
+    }
 )
 NEVER_RELAYED = frozenset({"GetRoute"})  # answered by any node for the whole store
 DATA_SERVICE_NAME = "msgstore.v1.MessageStore"

@@ -22,6 +22,7 @@ from . import validation as v
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
 from .group_service import GroupHandlers
 from .pop_service import PopHandlers
+from .pull_queues import WAITABLE, PullQueuesHandlers
 from .relay import NOT_DONE
 from .route import DuplicateNodeName
 from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, schedule_entries
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DISK_FULL = "disk full"
-WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
 
 
 STREAM_IN_FLIGHT = 1024  # requests of one SendStream stored but not yet answered
@@ -98,9 +98,10 @@ class Pulled:
     status: GetStatus
     next_offset: int
     count: int
+    size: int = 0  # bytes of records
 
 
-class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers):
+class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, TransactionHandlers):
     def __init__(self, server: Member):
         self.server = server
 
@@ -424,22 +425,44 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
     async def Pull(self, request: pb.PullRequest, context) -> pb.PullResponse:
         await self._ready(context)
         await self._readable(context)
+        topic, qid, offset, max_msgs, max_bytes = self._checked_pull(request)
+        timeout = v.check_range(request.timeout_ms, "timeout_ms", 0, v.MAX_TIMEOUT_MS) / 1000
+        outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
+        return self._with_generation(request.group, outcome.response)
+
+    def _checked_pull(self, request: pb.PullRequest) -> tuple[str, int, int, int, int]:
+        """(topic, queue id, offset, max messages, max bytes) of a pull; InvalidArgument naming the field."""
         topic = v.check_known_topic(self.store, v.check_topic(request.topic))
         qid = v.check_queue_id(request.queue_id)
         offset = v.check_non_negative(request.offset, "offset")
         max_msgs = v.check_range(request.max_messages, "max_messages", 0, v.MAX_PULL_MESSAGES) or v.DEFAULT_PULL_MESSAGES
         max_bytes = v.check_range(request.max_bytes, "max_bytes", 0, v.MAX_PULL_BYTES) or v.DEFAULT_PULL_BYTES
-        timeout = v.check_range(request.timeout_ms, "timeout_ms", 0, v.MAX_TIMEOUT_MS) / 1000
         if request.group:
             v.check_group(request.group)
-        outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
-        if request.group:  # members notice a membership change at their next pull
-            generation = self.server.groups.generation(request.group)
-            if generation:
-                if isinstance(outcome.response, bytes):
-                    return outcome.response + b"\x40" + varint(generation)
-                outcome.response.group_generation = generation
-        return outcome.response
+        return topic, qid, offset, max_msgs, max_bytes
+
+    def _with_generation(self, group: str, response):
+        """Members notice a membership change at their next pull: a pull naming its group
+        carries the group's generation on this node."""
+        generation = self.server.groups.generation(group) if group else 0
+        if not generation:
+            return response
+        if isinstance(response, bytes):
+            return response + b"\x40" + varint(generation)
+        response.group_generation = generation
+        return response
+
+    def _read_queue(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, raw) -> Pulled:
+        """One look at a queue, answered as a pull (raw records or decoded messages)."""
+        t0 = time.perf_counter()
+        result = self.store.get_message(None, topic, qid, offset, max_msgs, max_bytes, tag_filter)
+        with result:
+            response = raw_pull_response(result) if raw else _pull_response(result)
+            outcome = Pulled(response, result.status, result.next_offset, len(result), result.buffer_total)
+        if self.server.metrics is not None:
+            self.server.metrics.pull_latency.observe(time.perf_counter() - t0)
+            self.server.metrics.pull_messages.inc(outcome.count)
+        return outcome
 
     async def _pull(self, topic, qid, offset, max_msgs, max_bytes, tag_filter, timeout, raw, context) -> Pulled:
         deadline = time.monotonic() + timeout
@@ -447,16 +470,9 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, TransactionHandlers)
         while True:
             fut = waiters.register(topic, qid) if timeout > 0 else None
             try:
-                t0 = time.perf_counter()
-                result = self.store.get_message(None, topic, qid, offset, max_msgs, max_bytes, tag_filter)
-                with result:
-                    response = raw_pull_response(result) if raw else _pull_response(result)
-                    outcome = Pulled(response, result.status, result.next_offset, len(result))
-                if self.server.metrics is not None:
-                    self.server.metrics.pull_latency.observe(time.perf_counter() - t0)
-                    self.server.metrics.pull_messages.inc(outcome.count)
+                outcome = self._read_queue(topic, qid, offset, max_msgs, max_bytes, tag_filter, raw)
                 left = deadline - time.monotonic()
-                if result.status not in WAITABLE or left <= 0 or fut is None or self.server.stopping:
+                if outcome.status not in WAITABLE or left <= 0 or fut is None or self.server.stopping:
                     return outcome
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), left)

@@ -71,6 +71,7 @@ class AsyncClient(AsyncPopCalls):
         self.timeout = timeout
         self.failover_timeout = failover_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pbg.MessageStoreStub] = {}  # one per channel (see Client.stub)
         self._routes: dict[str, Route] = {}
         self._streams: dict[str, AsyncSendStream] = {}
         self._unary_only: set[str] = set()
@@ -83,7 +84,10 @@ class AsyncClient(AsyncPopCalls):
         return ch
 
     def stub(self, address: str) -> pbg.MessageStoreStub:
-        return pbg.MessageStoreStub(self._channel(address))
+        st = self._stubs.get(address)
+        if st is None:
+            st = self._stubs[address] = pbg.MessageStoreStub(self._channel(address))
+        return st
 
     async def _call(self, address: str, method: str, request, timeout: float | None = None, node: str = ""):
         try:
@@ -100,6 +104,7 @@ class AsyncClient(AsyncPopCalls):
         for ch in self._channels.values():
             await ch.close()
         self._channels.clear()
+        self._stubs.clear()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -318,9 +323,44 @@ class AsyncClient(AsyncPopCalls):
         tag_filter: str | None = None,
         group: str = "",
     ) -> PullResult:
-        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
-        resp = await self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)
+        resp = await self.pull_response(
+            topic, queue, offset, max_messages=max_messages, timeout_ms=timeout_ms, tag_filter=tag_filter, group=group
+        )
         return pull_result(resp, queue.node)
+
+    async def pull_response(
+        self,
+        topic: str,
+        queue: QueueRef,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        timeout_ms: int = 0,
+        tag_filter: str | None = None,
+        group: str = "",
+    ) -> pb.PullResponse:
+        """A pull's PullResponse as it came (its records not yet decoded)."""
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
+        return await self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)  # type: ignore[no-any-return]
+
+    async def pull_queues(
+        self,
+        topic: str,
+        address: str,
+        queues: list[tuple[QueueRef, int]],
+        *,
+        max_messages: int = 32,
+        timeout_ms: int = 0,
+        tag_filter: str | None = None,
+        group: str = "",
+    ) -> list[tuple[QueueRef, pb.PullResponse]]:
+        """As Client.pull_queues_future: several queues read at ``address`` in one call, each
+        with its answer; ``timeout_ms`` waits until any has messages."""
+        req = pb.PullQueuesRequest(
+            pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group) for q, offset in queues], timeout_ms=timeout_ms
+        )
+        resp = await self._call(address, "PullQueues", req, timeout=self.timeout + timeout_ms / 1000)
+        return list(zip((q for q, _ in queues), resp.results))
 
     async def heartbeat(
         self, address: str, request: pb.HeartbeatRequest, node: str = "", timeout: float | None = None
@@ -329,6 +369,10 @@ class AsyncClient(AsyncPopCalls):
 
     async def unregister(self, address: str, group: str, client_id: str, node: str = "") -> None:
         await self._call(address, "Unregister", pb.UnregisterRequest(group=group, client_id=client_id), timeout=5.0, node=node)
+
+    async def read_address(self, topic: str, queue: QueueRef) -> str:
+        """Where to read the queue: its master, else a follower serving reads."""
+        return await self._address(topic, queue, True)
 
     async def _address(self, topic: str, queue: QueueRef, reads: bool, refresh: bool = False) -> str:
         route = await self.route(topic, refresh=refresh)

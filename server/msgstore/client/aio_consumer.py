@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import grpc
+
 from .aio import AsyncClient
-from .client import PullResult, StoreError
-from .consumer import CLAIM_RETRY_S, ConsumerRecord
+from .client import StoreError, pull_result
+from .consumer import CLAIM_RETRY_S, MAX_QUEUES_PER_CALL, ConsumerRecord
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
 from .routing import QueueRef
 
@@ -37,6 +39,7 @@ class AsyncConsumer:
         self.topic = topic
         self.start_at = start
         self.max_messages = max_messages
+        self._pull_each: set[str] = set()  # nodes without PullQueues (older): a Pull per queue
         self.long_poll_ms = long_poll_ms
         self.positions: dict[QueueRef, int] = {}
         self._committed: dict[QueueRef, int] = {}
@@ -182,23 +185,60 @@ class AsyncConsumer:
         return await self._pull_all(queues, int(wait_s * 1000))
 
     async def _pull_all(self, queues: list[QueueRef], timeout_ms: int) -> list[ConsumerRecord]:
-        async def one(q: QueueRef) -> tuple[QueueRef, PullResult | None]:
+        """One PullQueues per node for its queues (a Pull per queue on a node older than it).
+        A long poll answers as soon as one node has messages: the others' calls are cancelled
+        (a pull moves nothing on the store, so nothing is lost)."""
+        by_address: dict[str, list[QueueRef]] = {}
+        for q in queues:
             try:
-                return q, await self.client.pull(
-                    self.topic, q, self.positions[q], max_messages=self.max_messages, timeout_ms=timeout_ms, group=self.group or ""
-                )
+                by_address.setdefault(await self.client.read_address(self.topic, q), []).append(q)
             except StoreError:
-                return q, None
-
-        out: list[ConsumerRecord] = []
-        for q, res in await asyncio.gather(*[one(q) for q in queues]):
-            if res is None or q not in self.positions:
                 continue
+        calls = [
+            asyncio.ensure_future(self._pull_node(address, qs[i : i + MAX_QUEUES_PER_CALL], timeout_ms))
+            for address, qs in by_address.items()
+            for i in range(0, len(qs), MAX_QUEUES_PER_CALL)
+        ]
+        out: list[ConsumerRecord] = []
+        pending = set(calls)
+        try:
+            while pending and (not out or not timeout_ms):
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for call in done:
+                    self._took(call.result(), out, keep_empty=not timeout_ms)
+        finally:
+            for call in pending:
+                call.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        return out
+
+    async def _pull_node(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
+        kw = {"max_messages": self.max_messages, "timeout_ms": timeout_ms, "group": self.group or ""}
+        if address not in self._pull_each and len(queues) > 1:
+            try:
+                return await self.client.pull_queues(self.topic, address, [(q, self.positions[q]) for q in queues], **kw)  # type: ignore[arg-type]
+            except StoreError as e:
+                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                    return []
+                self._pull_each.add(address)
+
+        async def one(q: QueueRef) -> tuple[QueueRef, object] | None:
+            try:
+                return q, await self.client.pull_response(self.topic, q, self.positions[q], **kw)  # type: ignore[arg-type]
+            except StoreError:
+                return None
+
+        return [r for r in await asyncio.gather(*[one(q) for q in queues]) if r is not None]
+
+    def _took(self, answers: list[tuple[QueueRef, object]], out: list[ConsumerRecord], keep_empty: bool) -> None:
+        for q, resp in answers:
+            if q not in self.positions or not (keep_empty or resp.record_count):  # type: ignore[attr-defined]
+                continue
+            res = pull_result(resp, q.node)
             if self.membership is not None and self.membership.stale(q.address, res.group_generation):
                 self._recheck = True
             self.positions[q] = res.next_offset
             out.extend(ConsumerRecord(q, m) for m in res.messages)
-        return out
 
     async def commit(self, offsets: dict[QueueRef, int] | None = None) -> None:
         if not self.progress_group:

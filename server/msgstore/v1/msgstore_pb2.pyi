@@ -375,6 +375,22 @@ class PullResponse(_message.Message):
     group_generation: int
     def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ..., group_generation: _Optional[int] = ...) -> None: ...
 
+class PullQueuesRequest(_message.Message):
+    __slots__ = ("pulls", "timeout_ms", "max_bytes")
+    PULLS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    pulls: _containers.RepeatedCompositeFieldContainer[PullRequest]
+    timeout_ms: int
+    max_bytes: int
+    def __init__(self, pulls: _Optional[_Iterable[_Union[PullRequest, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class PullQueuesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[PullResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[PullResponse, _Mapping]]] = ...) -> None: ...
+
 class SubscribeRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "offset", "max_messages", "tag_filter", "group", "raw")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullResponse.FromString,
                 _registered_method=True)
+        self.PullQueues = channel.unary_unary(
+                '/msgstore.v1.MessageStore/PullQueues',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.FromString,
+                _registered_method=True)
         self.Subscribe = channel.unary_stream(
                 '/msgstore.v1.MessageStore/Subscribe',
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.SubscribeRequest.SerializeToString,
@@ -175,6 +180,14 @@ class MessageStoreServicer:
 
     def Pull(self, request, context):
         """Read from one queue by offset, optionally waiting (long poll) for messages to arrive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullQueues(self, request, context):
+        """Several queues of this node in one call (a consumer's whole share): each pull as Pull would
+        answer it, in request order; with timeout_ms, waits until any of them has messages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -344,6 +357,11 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     servicer.Pull,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullResponse.SerializeToString,
+            ),
+            'PullQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullQueues,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.SerializeToString,
             ),
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
@@ -527,6 +545,33 @@ class MessageStore:
             '/msgstore.v1.MessageStore/Pull',
             msgstore_dot_v1_dot_msgstore__pb2.PullRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/PullQueues',
+            msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,222 @@
+"""PullQueues: several queues of a node in one call, against a real server process; and the
+consumer's use of it (one long poll per node, a Pull per queue on a node without it)."""
+
+import asyncio
+import collections
+import contextlib
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from msgstore.client import AsyncClient, AsyncConsumer, Client, Consumer, OutMessage
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
+from tests.api.test_send_stream import metric
+from tests.support.servers import ServerProcess, free_port, wait_until
+
+
+def _queues(client, topic):
+    return {q.queue_id: q for q in client.route(topic).queues}
+
+
+def _pull(topic, qid, offset, raw=True, **kw):
+    return pb.PullRequest(topic=topic, queue_id=qid, offset=offset, raw=raw, **kw)
+
+
+def test_every_queue_named_is_read_in_order(server, client):
+    client.create_topic("pq", 4)
+    qs = _queues(client, "pq")
+    for qid in (0, 2, 3):
+        client.send_batch("pq", [OutMessage(b"q%d-%d" % (qid, i)) for i in range(qid + 1)], queue=qs[qid])
+    wait_until(lambda: client.queue_offsets("pq")[qs[3]][1] == 4, timeout=10, what="the sends dispatched")
+    stub = pbg.MessageStoreStub(client.channel(server.address))
+    resp = stub.PullQueues(
+        pb.PullQueuesRequest(pulls=[_pull("pq", 3, 1), _pull("pq", 1, 0), _pull("pq", 0, 0, raw=False), _pull("pq", 2, 0)])
+    )
+    assert [pb.PullStatus.Name(r.status) for r in resp.results] == ["FOUND", "NO_MATCHED_LOGIC_QUEUE", "FOUND", "FOUND"]
+    assert [r.next_offset for r in resp.results] == [4, 0, 1, 3]
+    assert [r.record_count for r in resp.results] == [3, 0, 1, 3]
+    assert [m.body for m in Client_decode(resp.results[3])] == [b"q2-0", b"q2-1", b"q2-2"]
+    assert [m.body for m in resp.results[2].messages] == [b"q0-0"] and resp.results[2].records == b""  # decoded, as asked
+
+
+def Client_decode(result):
+    from msgstore.client.client import decode_records
+
+    return decode_records(result.records)
+
+
+def test_past_the_call_budget_the_rest_keep_their_offsets(server, client):
+    client.create_topic("budget", 2)
+    qs = _queues(client, "budget")
+    body = b"x" * 2000
+    for qid in (0, 1):
+        client.send_batch("budget", [OutMessage(body) for _ in range(3)], queue=qs[qid])
+    wait_until(lambda: client.queue_offsets("budget")[qs[1]][1] == 3, timeout=10, what="the sends dispatched")
+    stub = pbg.MessageStoreStub(client.channel(server.address))
+    resp = stub.PullQueues(pb.PullQueuesRequest(pulls=[_pull("budget", 0, 0), _pull("budget", 1, 0)], max_bytes=1))
+    first, second = resp.results
+    assert first.record_count == 1 and first.next_offset == 1  # one record at least, as a Pull (it passes the budget)
+    assert second.record_count == 0 and second.next_offset == 0  # not read: read again at the next call
+    again = stub.PullQueues(pb.PullQueuesRequest(pulls=[_pull("budget", 1, 0)]))
+    assert again.results[0].record_count == 3
+
+
+def test_a_long_poll_of_many_queues_is_answered_by_a_send_to_any(server, client):
+    """One call parked on 64 queues for 60 s answers once a message reaches the 50th: an answer
+    within the 10 s the test waits can only come from the arrival."""
+    client.create_topic("wide", 64)
+    qs = _queues(client, "wide")
+    stub = pbg.MessageStoreStub(client.channel(server.address))
+    call = stub.PullQueues.future(pb.PullQueuesRequest(pulls=[_pull("wide", i, 0) for i in range(64)], timeout_ms=60_000), timeout=70)
+    wait_until(lambda: metric(server, "msgstore_long_polls_waiting") >= 64, timeout=10, what="the call parked on every queue")
+    assert not call.done()
+    client.send_batch("wide", [OutMessage(b"late")], queue=qs[50])
+    resp = call.result(timeout=10)
+    assert [i for i, r in enumerate(resp.results) if r.record_count] == [50]
+    assert [m.body for m in Client_decode(resp.results[50])] == [b"late"]
+    wait_until(lambda: metric(server, "msgstore_long_polls_waiting") == 0, timeout=10, what="no waiter left behind")
+
+
+@pytest.mark.parametrize(
+    "request_, field",
+    [
+        (pb.PullQueuesRequest(), "pulls"),
+        (pb.PullQueuesRequest(pulls=[_pull("bad", 0, 0), _pull("bad", 0, -1)]), "pulls[1].offset"),
+        (pb.PullQueuesRequest(pulls=[_pull("bad", 0, 0, timeout_ms=5)]), "pulls[0].timeout_ms"),
+        (pb.PullQueuesRequest(pulls=[_pull("bad", 0, 0, max_messages=5000)]), "pulls[0].max_messages"),
+        (pb.PullQueuesRequest(pulls=[_pull("bad", 0, 0)] * 1025), "pulls"),
+        (pb.PullQueuesRequest(pulls=[_pull("bad", 0, 0)], timeout_ms=-1), "timeout_ms"),
+    ],
+)
+def test_bad_input_names_the_field(server, client, request_, field):
+    client.create_topic("bad", 1)
+    stub = pbg.MessageStoreStub(client.channel(server.address))
+    with pytest.raises(grpc.RpcError) as e:
+        stub.PullQueues(request_, timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith(field + ":"), e.value.details()
+
+
+def test_an_unknown_topic_is_not_found_where_a_send_would_not_create_it(servers):
+    strict = servers("strict", settings=["autoCreateTopicEnable=false"])
+    with grpc.insecure_channel(strict.address) as channel:
+        with pytest.raises(grpc.RpcError) as e:
+            pbg.MessageStoreStub(channel).PullQueues(pb.PullQueuesRequest(pulls=[_pull("nowhere", 0, 0)]), timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "no topic nowhere" in e.value.details()
+
+
+class _Proxy(grpc.GenericRpcHandler):
+    """A gRPC hop in front of a real server that counts calls by method; methods in ``older``
+    answer UNIMPLEMENTED, as a node older than them does."""
+
+    def __init__(self, target: str, older: frozenset[str] = frozenset()):
+        self.channel = grpc.insecure_channel(target)
+        self.older = older
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def service(self, details):
+        name = details.method.rsplit("/", 1)[1]
+        self.calls[name] += 1
+        if name in self.older:
+            return None
+        fn = self.channel.unary_unary(details.method, request_serializer=None, response_deserializer=None)
+        return grpc.unary_unary_rpc_method_handler(lambda req, ctx: fn(req, timeout=60), None, None)
+
+
+@contextlib.contextmanager
+def _behind_proxy(tmp_path, older: frozenset[str] = frozenset()):
+    """A real server whose routes name the proxy (--advertise), and the proxy."""
+    port = free_port()
+    node = ServerProcess(str(tmp_path / "node"), name="node", args=["--advertise", f"127.0.0.1:{port}"]).start()
+    proxy = grpc.server(futures.ThreadPoolExecutor(16))
+    handler = _Proxy(node.address, older)
+    proxy.add_generic_rpc_handlers((handler,))
+    proxy.add_insecure_port(f"127.0.0.1:{port}")
+    proxy.start()
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=10, send_streams=False) as c:
+            yield node, handler, c
+    finally:
+        proxy.stop(0)
+        node.kill()
+
+
+def test_an_idle_consumer_waits_in_one_call_per_node(tmp_path):
+    """A consumer of 32 empty queues long-polls them in one call (it made 32 before)."""
+    with _behind_proxy(tmp_path) as (node, proxy, c):
+        c.create_topic("idle", 32)
+        consumer = Consumer(c, None, "idle", long_poll_ms=30_000)
+        got: list = []
+        t = threading.Thread(target=lambda: got.extend(consumer.poll(timeout=30)))
+        t.start()
+        wait_until(lambda: metric(node, "msgstore_long_polls_waiting") == 32, timeout=10, what="the consumer's long poll parked")
+        c.send_batch("idle", [OutMessage(b"wake")], queue=_queues(c, "idle")[17])
+        t.join(10)
+        assert [bytes(r.body) for r in got] == [b"wake"]
+        assert proxy.calls["Pull"] == 0
+        assert proxy.calls["PullQueues"] == 5  # a round that found nothing (4 calls of 8 queues), then the long poll
+
+
+def test_a_node_without_pull_queues_is_pulled_queue_by_queue(tmp_path):
+    with _behind_proxy(tmp_path, older=frozenset({"PullQueues"})) as (_node, proxy, c):
+        c.create_topic("old", 4)
+        for q in c.route("old").queues:
+            c.send_batch("old", [OutMessage(b"m%d" % q.queue_id)], queue=q)
+        consumer = Consumer(c, None, "old")
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += [bytes(r.body) for r in consumer.poll(timeout=1)]
+        assert sorted(got) == [b"m0", b"m1", b"m2", b"m3"]
+        assert proxy.calls["PullQueues"] <= 2  # (a round's calls start together: each may be refused once)
+        assert proxy.calls["Pull"] >= 4
+
+
+def test_the_asyncio_consumer_answers_at_the_first_arrival_not_at_the_end_of_its_long_poll(server, client):
+    """It waited for every queue's long poll to end (30 s here) before answering; one call per
+    node now answers at the arrival. The test waits 10 s."""
+    client.create_topic("aio", 8)
+    target = _queues(client, "aio")[5]
+
+    async def main() -> tuple[list[bytes], float]:
+        async with AsyncClient(server.address, timeout=10) as ac:
+            consumer = AsyncConsumer(ac, None, "aio", long_poll_ms=30_000)
+            async with consumer:
+                polling = asyncio.ensure_future(consumer.poll(timeout=30))
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(
+                    None,
+                    lambda: wait_until(lambda: metric(server, "msgstore_long_polls_waiting") == 8, timeout=10, what="the long poll parked"),
+                )
+                t0 = time.monotonic()
+                await loop.run_in_executor(None, lambda: client.send_batch("aio", [OutMessage(b"now")], queue=target))
+                got = await asyncio.wait_for(polling, 10)
+                return [bytes(r.body) for r in got], time.monotonic() - t0
+
+    got, _took = asyncio.run(main())
+    assert got == [b"now"]
+    wait_until(lambda: metric(server, "msgstore_long_polls_waiting") == 0, timeout=10, what="no waiter left behind")
+
+
+def test_the_asyncio_consumer_pulls_queue_by_queue_from_a_node_without_pull_queues(tmp_path):
+    with _behind_proxy(tmp_path, older=frozenset({"PullQueues"})) as (_node, proxy, c):
+        c.create_topic("old", 4)
+        for q in c.route("old").queues:
+            c.send_batch("old", [OutMessage(b"m%d" % q.queue_id)], queue=q)
+
+        async def main() -> list[bytes]:
+            async with AsyncClient(c.endpoints[0], timeout=10) as ac:
+                consumer = AsyncConsumer(ac, None, "old")
+                got: list[bytes] = []
+                async with consumer:
+                    deadline = time.monotonic() + 20
+                    while len(got) < 4 and time.monotonic() < deadline:
+                        got += [bytes(r.body) for r in await consumer.poll(timeout=1)]
+                return got
+
+        assert sorted(asyncio.run(main())) == [b"m0", b"m1", b"m2", b"m3"]
+        assert proxy.calls["PullQueues"] == 1 and proxy.calls["Pull"] >= 4
