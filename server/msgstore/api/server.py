@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import weakref
 
 import grpc
@@ -348,7 +349,10 @@ async def serve(options: ServerOptions, started: asyncio.Event | None = None) ->
     failed = asyncio.create_task(_watch_failure(server))
     await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
     await server.stop()
-    return 1 if server.recovery_error else 0
+    if server.recovery_error:  # the last line a person sees, after the shutdown's
+        print(f"error: store failed to start: {server.recovery_error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 async def _watch_failure(server: StoreServer) -> None:

@@ -2,7 +2,7 @@
 holds the messages of level n in the order they were stored, so they come due in that order,
 and each level needs only a cursor: the next queue offset to deliver, kept in
 ``config/delayOffset.json`` (``{"offsetTable": {"1": 17, ...}}``; RocketMQ writes the same
-table with bare numbers as keys).
+table with bare numbers as keys and a ``dataVersion``, both read, the latter written back).
 
 A message is due ``messageDelayLevel[n-1]`` after its store time. The cursor is saved after
 the delivery it covers, so a crash (or a failover: a follower holds the copy it last fetched)
@@ -40,6 +40,7 @@ class DelayLevelService(ProgressFile):
         self.settings = settings
         self.path = os.path.join(store.layout.config_dir, FILE)
         self.offsets: dict[int, int] = {}  # level → the next queue offset to deliver
+        self._kept: dict[str, object] = {}  # what else the file held (RocketMQ's dataVersion), written back
         self.lock = threading.Lock()
         self.dirty = False
         self.delivered = 0
@@ -51,11 +52,13 @@ class DelayLevelService(ProgressFile):
         table = doc.get("offsetTable", {}) if isinstance(doc, dict) else {}
         with self.lock:
             self.offsets = {int(k): int(v) for k, v in table.items()}
+            self._kept = {k: v for k, v in doc.items() if k != "offsetTable"} if isinstance(doc, dict) else {}
             self.dirty = False
 
     def state_json(self) -> str:
         with self.lock:
-            return json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}, separators=(",", ":"))
+            doc = {**self._kept, "offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
+            return json.dumps(doc, separators=(",", ":"))
 
     # ------------------------------------------------------------------ delivery
 

@@ -18,10 +18,15 @@ def _warn_if_open(root: str) -> None:
 
 
 def cmd_inspect(args) -> int:
+    from ..store.metadata import UnreadableConfig
     from ..store.offline import inspect_dir
 
     _warn_if_open(args.dir)
-    info = inspect_dir(args.dir, store_settings(args))
+    try:
+        info = inspect_dir(args.dir, store_settings(args))
+    except UnreadableConfig as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0

@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--advertise", type=_address, help="host:port others use to reach this node (default POD_IP or host, and port)")
     s.add_argument("--node-name", help="node name in routes (default POD_NAME or the hostname)")
     s.add_argument("--config", help="store config file: JSON, or key=value lines as RocketMQ's broker.conf")
+    s.add_argument(
+        "--set-aside-unreadable-config",
+        action="store_true",
+        help="start even when a config/ file and its backup cannot be read (the store refuses otherwise): "
+        "the file is kept as <file>.unreadable and its table starts empty (consumer offsets: groups start over)",
+    )
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="store setting, e.g. --set flushDiskType=SYNC_FLUSH")
     s.add_argument("--admin-token-file", help="require this token on the admin service")
     s.add_argument("--admin-token-env", default="MSGSTORE_ADMIN_TOKEN", help="or read it from this environment variable")

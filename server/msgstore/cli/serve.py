@@ -12,9 +12,11 @@ def cmd_serve(args) -> int:
     from .. import logs
     from ..api.member import ServerOptions, StartError
     from ..api.server import serve
+    from ..store import metadata
     from ..store.config import ConfigError
 
     logs.setup(args.log_format, args.log_level)
+    metadata.SET_ASIDE_UNREADABLE = args.set_aside_unreadable_config
     try:
         settings = store_settings(args)
         from ..store import StoreConfig
@@ -55,6 +57,6 @@ def cmd_serve(args) -> int:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
         return 0
-    except StartError as e:  # one line, not a traceback
+    except (StartError, metadata.UnreadableConfig) as e:  # one line, not a traceback
         print(f"error: {e}", file=sys.stderr)
         return 2

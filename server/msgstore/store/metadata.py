@@ -3,7 +3,15 @@ subscription groups and the persisted store configuration.
 
 Every file is written atomically (new file, fsync, rename) with the previous version kept as
 ``<file>.bak``; loading falls back to the ``.bak`` when the file is missing or unparseable, so
-a crash mid-write never loses the metadata.
+a crash mid-write never loses the metadata. Files RocketMQ wrote are read as they are:
+fastjson writes integer map keys bare (``{"offsetTable":{"orders@g1":{0:250}}}``), and the
+fields we do not use (``dataVersion``'s timestamp, ``forbiddenTable``) are written back.
+
+A file that exists but neither it nor its backup can be read stops the start
+(:class:`UnreadableConfig`), as RocketMQ refuses to start ("load consumer offset failed"):
+carrying on with an empty table would forget every group's offsets, and the next save would
+replace the file. ``msgstore serve --set-aside-unreadable-config`` starts anyway, keeping the
+file as ``<file>.unreadable``.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,24 +54,146 @@ def write_atomic(path: str, data: bytes, current_is_good: bool = False) -> None:
 def _parses(path: str) -> bool:
     try:
         with open(path, "rb") as f:
-            json.loads(f.read())
+            parse_config(f.read())
         return True
     except (OSError, ValueError, UnicodeDecodeError):
         return False
 
 
+# the set_aside switch of ``serve --set-aside-unreadable-config`` (one per process, like logging's level)
+SET_ASIDE_UNREADABLE = False
+UNREADABLE = ".unreadable"
+
+
+class UnreadableConfig(RuntimeError):
+    """A config file that exists, but neither it nor its backup parses."""
+
+    def __init__(self, path: str, reasons: list[str]):
+        self.path = path
+        super().__init__(
+            f"{path} cannot be read ({'; '.join(reasons)}): refusing to start with it empty, which would lose what it holds "
+            f"(RocketMQ refuses too). `msgstore fsck` names every such file; to start anyway, give --set-aside-unreadable-config "
+            f"(the file is kept as {os.path.basename(path)}{UNREADABLE})"
+        )
+
+
+_BARE_KEY = re.compile(rb"(-?\d+)(\s*:)")
+
+
+def parse_config(data: bytes) -> Any:
+    """JSON, or RocketMQ's fastjson JSON: its integer map keys come bare (``{0:250,1:250}``).
+    Quoting them must leave strings alone (a filter expression may hold ``{1:``), so the
+    text is walked token by token (json has no option for this, and json5 does not take
+    keys that start with a digit)."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        pass
+    return json.loads(_quote_bare_keys(data))
+
+
+def _quote_bare_keys(data: bytes) -> bytes:
+    out = bytearray()
+    i, n = 0, len(data)
+    expect_key = False  # just after { or , (outside a string): a key may come
+    while i < n:
+        c = data[i]
+        if c == 0x22:  # a string: copy it whole, escapes included
+            j = i + 1
+            while j < n and data[j] != 0x22:
+                j += 2 if data[j] == 0x5C else 1
+            out += data[i : j + 1]
+            i = j + 1
+            expect_key = False
+            continue
+        if expect_key and (0x30 <= c <= 0x39 or c == 0x2D):
+            m = _BARE_KEY.match(data, i)
+            if m:
+                out += b'"' + m.group(1) + b'"' + m.group(2)
+                i = m.end()
+                expect_key = False
+                continue
+        if c in b"{,":
+            expect_key = True
+        elif c not in b" \t\r\n":
+            expect_key = False
+        out.append(c)
+        i += 1
+    return bytes(out)
+
+
 def read_json(path: str) -> Any | None:
-    """The file's JSON, else its ``.bak``'s, else None."""
+    """The file's JSON, else its ``.bak``'s; None when neither exists. Neither parsing raises
+    :class:`UnreadableConfig`, unless SET_ASIDE_UNREADABLE: then they are renamed aside."""
+    reasons: list[str] = []
+    present: list[str] = []
     for candidate in (path, path + ".bak"):
         try:
             with open(candidate, "rb") as f:
-                return json.loads(f.read())
+                data = f.read()
         except FileNotFoundError:
+            reasons.append(f"{os.path.basename(candidate)} missing")
             continue
+        try:
+            return parse_config(data)
         except (ValueError, UnicodeDecodeError) as e:
             log.error("%s is unreadable (%s); trying the backup", candidate, e)
-            continue
+            reasons.append(f"{os.path.basename(candidate)}: {e}")
+            present.append(candidate)
+    if not present:
+        return None
+    if not SET_ASIDE_UNREADABLE:
+        raise UnreadableConfig(path, reasons)
+    for candidate in present:
+        os.replace(candidate, candidate + UNREADABLE)
+    log.error("%s cannot be read (%s): starting without it, as asked; kept as %s%s", path, "; ".join(reasons), path, UNREADABLE)
     return None
+
+
+def check_config_dir(config_dir: str) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the files under ``config/`` for ``msgstore fsck``: a file that
+    neither it nor its backup parses is a problem (the store will not start with it); one
+    whose backup is used instead is a note; so is one written by RocketMQ (fastjson)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    try:
+        names = sorted(os.listdir(config_dir))
+    except FileNotFoundError:
+        return problems, notes
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(config_dir, name)
+        found = []
+        for candidate in (path, path + ".bak"):
+            try:
+                with open(candidate, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                found.append(f"{os.path.basename(candidate)} missing")
+                continue
+            try:
+                json.loads(data)
+                found.append("")
+            except ValueError:
+                try:
+                    parse_config(data)
+                    found.append("")
+                    notes.append(f"config/{os.path.basename(candidate)}: written by RocketMQ (fastjson: bare integer keys); read as such")
+                except (ValueError, UnicodeDecodeError) as e:
+                    found.append(f"{os.path.basename(candidate)}: {e}")
+            except UnicodeDecodeError as e:
+                found.append(f"{os.path.basename(candidate)}: {e}")
+        if found[0] == "":
+            continue
+        if found[1] == "":
+            notes.append(f"config/{name} cannot be read ({found[0]}); its backup will be used")
+        else:
+            problems.append(
+                f"config/{name} cannot be read ({'; '.join(found)}): the store will not start with it "
+                f"(serve --set-aside-unreadable-config starts without it, keeping it as {name}{UNREADABLE})"
+            )
+    return problems, notes
 
 
 class JsonFile:
@@ -83,6 +214,8 @@ class JsonFile:
         self._write_lock = threading.Lock()
         self._written = False  # the file on disk is one this process wrote (it parses)
         self.data_version = 0
+        self._version_doc: dict[str, Any] = {}  # dataVersion as read (RocketMQ's has timestamp, stateVersion)
+        self._kept: dict[str, Any] = {}  # top-level fields we do not use, written back as read
 
     @property
     def dirty(self) -> bool:
@@ -95,12 +228,23 @@ class JsonFile:
 
     def load(self) -> None:
         raw = read_json(self.path)
-        if raw is not None:
-            self.decode(raw)
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            raise UnreadableConfig(self.path, [f"a JSON {type(raw).__name__}, not an object"])
+        version = raw.get("dataVersion")
+        self._version_doc = dict(version) if isinstance(version, dict) else {}
+        self.data_version = int(self._version_doc.get("counter", 0))
+        self.decode(raw)
+        self._kept = {k: v for k, v in raw.items() if k not in self.encode()}
 
     def _payload(self) -> bytes:
+        doc = {**self._kept, **self.encode()}
+        if self.data_version != int(self._version_doc.get("counter", -1)):  # changed: RocketMQ's nextVersion()
+            self._version_doc = {**self._version_doc, "counter": self.data_version, "timestamp": int(time.time() * 1000)}
+        doc["dataVersion"] = self._version_doc
         # compact: json's C encoder serves only indent=None; indented, 12,500 topics took 20x as long
-        return json.dumps(self.encode(), sort_keys=True, separators=(",", ":")).encode()
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def persist(self) -> None:
         with self._write_lock:
@@ -143,21 +287,27 @@ class TopicConfig:
     read_queue_nums: int = 8
     write_queue_nums: int = 8
     perm: int = PERM_READ | PERM_WRITE
+    kept: dict[str, Any] | None = None  # fields RocketMQ wrote that we do not use (attributes, order), written back
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+            **(self.kept or {}),
             "topicName": self.name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
             "perm": self.perm,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": False,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicConfig:
-        return cls(d["topicName"], int(d.get("readQueueNums", 8)), int(d.get("writeQueueNums", 8)), int(d.get("perm", 6)))
+        kept = {k: v for k, v in d.items() if k not in _TOPIC_FIELDS}
+        return cls(d["topicName"], int(d.get("readQueueNums", 8)), int(d.get("writeQueueNums", 8)), int(d.get("perm", 6)), kept or None)
+
+
+_TOPIC_FIELDS = frozenset({"topicName", "readQueueNums", "writeQueueNums", "perm"})
 
 
 class TopicTable(JsonFile):
@@ -172,10 +322,9 @@ class TopicTable(JsonFile):
     def decode(self, raw: Any) -> None:
         table = raw.get("topicConfigTable", {})
         self.topics = {name: TopicConfig.from_json(d) for name, d in table.items()}
-        self.data_version = int(raw.get("dataVersion", {}).get("counter", 0))
 
     def encode(self) -> Any:
-        return {"topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())}, "dataVersion": {"counter": self.data_version}}
+        return {"topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())}}
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
@@ -266,7 +415,7 @@ class SubscriptionGroups(JsonFile):
         self.groups = dict(raw.get("subscriptionGroupTable", {}))
 
     def encode(self) -> Any:
-        return {"subscriptionGroupTable": dict(sorted(self.groups.items())), "dataVersion": {"counter": self.data_version}}
+        return {"subscriptionGroupTable": dict(sorted(self.groups.items()))}
 
     def ensure(self, group: str) -> None:
         if group in self.groups:

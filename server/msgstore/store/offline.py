@@ -22,7 +22,7 @@ from .config import StoreConfig
 from .consume_queue import FILLER_SIZE, UNIT, UNIT_DTYPE
 from .index import IndexFile
 from .layout import StoreLayout, first_file_size, index_geometry, segment_files
-from .metadata import read_json
+from .metadata import UnreadableConfig, check_config_dir, read_json
 from .queue_file import read_extent
 from .segment_queue import SegmentQueue, SegmentSizeError
 
@@ -185,8 +185,17 @@ class FsckReport:
 def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress | None = None) -> FsckReport:
     """Check a store offline: records parse with good CRCs, consume-queue units point at the
     right records, and every key is in the index. Never writes."""
-    cfg, layout = store_layout(root, settings)
     rep = FsckReport()
+    config_dir = StoreLayout.of(root, StoreConfig()).config_dir
+    problems, notes = check_config_dir(config_dir)
+    for problem in problems:
+        rep.add(problem)
+    rep.notes += notes
+    try:
+        cfg, layout = store_layout(root, settings)
+    except UnreadableConfig:  # (named above) the files are still checked with the settings given
+        cfg = StoreConfig(settings or {})
+        layout = StoreLayout.of(root, cfg)
     tell = progress or (lambda stage, done, total: None)
     cl_dir = layout.commitlog_dir
     seg_size = first_file_size(cl_dir) or cfg.mappedFileSizeCommitLog
