@@ -19,6 +19,8 @@ import grpc
 import pytest
 
 from msgstore.client import Client, QueueRef, StoreError
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.support.servers import ROOT, wait_until
 
 
@@ -154,12 +156,26 @@ def test_a_sigkill_loses_no_delivery_in_flight(servers):
     [
         ({"invisible": 13 * 3600}, "invisible_ms"),
         ({"max_messages": 5000}, "max_messages"),
+        ({"invisible": 0}, "invisible: must be at least 1 ms"),  # (became 1 ms without a word)
+        ({"invisible": -2}, "invisible: must be at least 1 ms"),
+        ({"invisible": 0.0001}, "invisible: must be at least 1 ms"),
     ],
 )
 def test_bad_receives_are_invalid_argument_naming_the_field(c, kwargs, field):
     with pytest.raises(StoreError) as e:
         c.receive("g", "work", **kwargs)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details
+
+
+def test_a_receive_without_an_invisible_time_is_refused_not_made_30_s(server, c):
+    stub = pbg.MessageStoreStub(c.channel(server.address))
+    for bad in (0, -5):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Receive(pb.ReceiveRequest(group="g", topic="work", invisible_ms=bad), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("invisible_ms: required")
+    with pytest.raises(StoreError) as e:
+        c.change_invisible("g", "work", "garbage", -1)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "invisible: must be at least 0 ms" in e.value.details
 
 
 def test_a_receipt_not_given_out_here_is_refused(c):

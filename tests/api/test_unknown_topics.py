@@ -48,7 +48,7 @@ def test_msgstore_v1_reads_and_routes_of_a_missing_topic_are_not_found(strict):
         assert list(stub.GetRoute(pb.GetRouteRequest(topic="missing"), timeout=10).nodes[0].queue_ids) == [0, 1]
         pulled = stub.Pull(pb.PullRequest(topic="missing", queue_id=1, offset=0), timeout=10)
         assert pulled.status in (pb.NO_MATCHED_LOGIC_QUEUE, pb.OFFSET_OVERFLOW_ONE, pb.OFFSET_FOUND_NULL)
-        assert not stub.Receive(pb.ReceiveRequest(group="g", topic="missing", wait_ms=0), timeout=10).messages
+        assert not stub.Receive(pb.ReceiveRequest(group="g", topic="missing", invisible_ms=30_000, wait_ms=0), timeout=10).messages
         stub.Pull(pb.PullRequest(topic="%RETRY%g_missing", queue_id=0, offset=0), timeout=10)
 
 

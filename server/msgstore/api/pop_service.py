@@ -23,7 +23,6 @@ from .scheduled import TAKING_OFFICE_S, broker_taking_office
 if TYPE_CHECKING:
     from .member import Member
 
-DEFAULT_INVISIBLE_MS = 30_000
 MAX_INVISIBLE_MS = 12 * 3_600_000  # RocketMQ's limit too
 MAX_RECEIVE = 1000
 
@@ -74,8 +73,11 @@ class PopHandlers:
         topic = v.check_known_topic(self.server.store, v.check_topic(request.topic))
         n = request.max_messages or 32
         v.check_range(n, "max_messages", 1, MAX_RECEIVE)
-        invisible = request.invisible_ms or DEFAULT_INVISIBLE_MS
-        v.check_range(invisible, "invisible_ms", 1, MAX_INVISIBLE_MS)
+        if request.invisible_ms <= 0:  # (0 used to mean 30 s: a client that forgot it was never told)
+            raise v.InvalidArgument(
+                "invisible_ms", f"required: how long a received message stays invisible, 1 ms to 12 h (got {request.invisible_ms})"
+            )
+        invisible = v.check_range(request.invisible_ms, "invisible_ms", 1, MAX_INVISIBLE_MS)
         wait_ms = v.check_range(request.wait_ms, "wait_ms", 0, 60_000)
         for made in (retry_topic(group, topic), dlq_topic(group)):
             err = codec.topic_error(made)

@@ -69,12 +69,21 @@ def _receipt(text: str) -> Receipt:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"receipt_handle: {e}") from None
 
 
+def _invisible_ms(invisible: float, least: int) -> int:
+    """``invisible`` seconds in ms; INVALID_ARGUMENT below ``least`` ms (0 or less used to become
+    1 ms without a word: a message received that way came back at once)."""
+    ms = round(invisible * 1000)
+    if not ms >= least:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"invisible: must be at least {least} ms, got {invisible} s")
+    return ms
+
+
 def _receive_request(group: str, topic: str, n: int, invisible: float, wait: float, tags: str | None) -> pb.ReceiveRequest:
     return pb.ReceiveRequest(
         group=group,
         topic=topic,
         max_messages=n,
-        invisible_ms=max(1, round(invisible * 1000)),
+        invisible_ms=_invisible_ms(invisible, 1),
         wait_ms=round(wait * 1000),
         tag_filter=tags or "",
     )
@@ -104,7 +113,7 @@ def _change_invisible_request(
     group: str, topic: str, receipt: str | Received, invisible: float
 ) -> tuple[str, QueueRef, pb.ChangeInvisibleRequest]:
     text = receipt.receipt if isinstance(receipt, Received) else receipt
-    req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=max(0, round(invisible * 1000)))
+    req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=_invisible_ms(invisible, 0))
     return (*_target(text), req)
 
 
