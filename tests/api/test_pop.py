@@ -51,18 +51,33 @@ def test_receivers_get_different_messages_and_acked_ones_never_come_back(c):
     assert c.ack("g", "work", first[:1]) != [""]  # acknowledged already: the delivery is over
 
 
-def test_a_message_not_acked_comes_back_with_its_attempt_after_the_backoff(c):
-    c.update_group("g", backoff=[0.3])
+def test_a_message_not_acked_comes_back_with_its_attempt_when_its_invisible_time_is_up(c):
+    """Its invisible time is the wait (a SimpleConsumer's retry interval, as in RocketMQ 5): the
+    group's backoff (60 s here) is not added after it, as it was."""
+    c.update_group("g", backoff=[60])
     sent = send(c, 1)
     (got,) = c.receive("g", "work", 10, invisible=0.2)
     t0 = time.monotonic()
     again = []
     wait_until(lambda: again.extend(c.receive("g", "work", 10, invisible=5)) or again, timeout=15, what="the redelivery")
-    assert time.monotonic() - t0 >= 0.45  # invisibility, then the backoff
+    assert time.monotonic() - t0 >= 0.15  # (not before its time)
     (r,) = again
     assert (r.body, r.topic, r.attempt) == (got.body, "work", 2) and {r.body} == sent
     assert r.queue.queue_id == 0 and r.properties.get("RETRY_TOPIC") == "work"
     assert c.ack("g", "work", [r]) == [""]
+
+
+def test_a_nack_waits_the_groups_backoff_once(c):
+    c.update_group("g", backoff=[0.5])
+    send(c, 1)
+    (got,) = c.receive("g", "work", 10, invisible=30)
+    t0 = time.monotonic()
+    c.nack("g", "work", got)
+    again = []
+    wait_until(lambda: again.extend(c.receive("g", "work", 10, invisible=5)) or again, timeout=15, what="the redelivery")
+    took = time.monotonic() - t0
+    assert 0.45 <= took < 5, took  # the backoff, once (not twice, not none)
+    assert again[0].attempt == 2
 
 
 def test_after_the_maximum_deliveries_it_is_a_dead_letter(c, server):

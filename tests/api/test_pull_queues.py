@@ -4,6 +4,8 @@ consumer's use of it (one long poll per node, a Pull per queue on a node without
 import asyncio
 import collections
 import contextlib
+import os
+import signal
 import threading
 import time
 from concurrent import futures
@@ -197,8 +199,8 @@ def test_the_asyncio_consumer_answers_at_the_first_arrival_not_at_the_end_of_its
                 got = await asyncio.wait_for(polling, 10)
                 return [bytes(r.body) for r in got], time.monotonic() - t0
 
-    got, _took = asyncio.run(main())
-    assert got == [b"now"]
+    got, took = asyncio.run(main())
+    assert got == [b"now"] and took < 10
     wait_until(lambda: metric(server, "msgstore_long_polls_waiting") == 0, timeout=10, what="no waiter left behind")
 
 
@@ -220,3 +222,38 @@ def test_the_asyncio_consumer_pulls_queue_by_queue_from_a_node_without_pull_queu
 
         assert sorted(asyncio.run(main())) == [b"m0", b"m1", b"m2", b"m3"]
         assert proxy.calls["PullQueues"] == 1 and proxy.calls["Pull"] >= 4
+
+
+def test_a_cancelled_asyncio_poll_moves_no_position(cluster):
+    """One node answers with messages while another hangs (SIGSTOP): the poll, cancelled by the
+    caller's timeout, returns nothing, so it must move nothing; the next poll returns them."""
+    a, b, _c = cluster
+    c = Client(a.address, timeout=10)
+    c.create_topic("cancel", 2)
+    on_a = [q for q in c.route("cancel").queues if q.node == a.name]
+
+    async def main() -> tuple[list[bytes], list[bytes]]:
+        async with AsyncClient(a.address, timeout=10) as ac:
+            consumer = AsyncConsumer(ac, None, "cancel")
+            async with consumer:
+                assert await consumer.poll(timeout=0) == []  # positions and routes set up while every node answers
+                c.send_batch("cancel", [OutMessage(b"m%d" % i) for i in range(5)], queue=on_a[0], visible=True)
+                os.kill(b.proc.pid, signal.SIGSTOP)
+                try:
+                    try:
+                        first = await asyncio.wait_for(consumer.poll(timeout=0), 2)
+                    except TimeoutError:
+                        first = []
+                finally:
+                    os.kill(b.proc.pid, signal.SIGCONT)
+                got: list[bytes] = []
+                deadline = time.monotonic() + 20
+                while len(got) < 5 and time.monotonic() < deadline:
+                    got += [bytes(r.body) for r in await consumer.poll(timeout=1)]
+                return [bytes(r.body) for r in first], got
+
+    try:
+        first, later = asyncio.run(main())
+    finally:
+        c.close()
+    assert sorted(first + later) == [b"m%d" % i for i in range(5)]

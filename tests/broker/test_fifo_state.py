@@ -69,17 +69,31 @@ def test_messages_finished_past_one_in_flight_stay_finished_after_a_restart(stor
     assert bodies(again.receive("g", "t", 10, 60_000, now)) == []  # b0, b1 not again; a0 and b2 in flight
 
 
-def test_a_lapsed_message_keeps_its_count_and_backoff_across_a_restart(store):
+def test_a_lapsed_message_comes_back_first_with_its_count_across_a_restart(store):
+    """Its invisible time was the wait: it is due at once (no backoff after it), and first."""
     put(store, "a0", "a")
     put(store, "a1", "a")
     p = pop_of(store)
-    now = store.clock.now_ms()
-    assert bodies(p.receive("g", "t", 10, 1_000, now)) == ["a0"]
+    assert bodies(p.receive("g", "t", 10, 1_000, store.clock.now_ms())) == ["a0"]
     store.clock.advance(2_000)
-    p.run_due(store.clock.now_ms())  # lapsed: back after 600 s
+    p.run_due(store.clock.now_ms())
+    again = pop_of(store, persisted=p)
+    got = again.receive("g", "t", 10, 1_000, store.clock.now_ms())
+    assert [(d.message.body, d.attempt) for d in got] == [(b"a0", 2)]
+
+
+def test_a_nacked_message_keeps_its_group_back_for_its_backoff_across_a_restart(store):
+    put(store, "a0", "a")
+    put(store, "a1", "a")
+    p = pop_of(store)
+    (d,) = p.receive("g", "t", 10, 1_000, store.clock.now_ms())
+    p.change_invisible(Receipt.decode(d.receipt), 600_000, store.clock.now_ms())  # a nack with the group's 600 s backoff
+    store.clock.advance(2_000)
+    p.run_due(store.clock.now_ms())
     again = pop_of(store, persisted=p)
     assert bodies(again.receive("g", "t", 10, 1_000, store.clock.now_ms())) == []  # still waiting (nothing of a overtakes it)
     store.clock.advance(600_000)
+    again.run_due(store.clock.now_ms())
     got = again.receive("g", "t", 10, 1_000, store.clock.now_ms())
     assert [(d.message.body, d.attempt) for d in got] == [(b"a0", 2)]
 
@@ -125,9 +139,11 @@ def test_a_waiting_message_a_filter_now_excludes_still_holds_its_group_back(stor
     put(store, "a0", "a", tags="B")
     put(store, "a1", "a", tags="A")
     p = pop_of(store)
-    assert bodies(p.receive("g", "t", 10, 1_000, store.clock.now_ms())) == ["a0"]
+    (d,) = p.receive("g", "t", 10, 1_000, store.clock.now_ms())
+    p.change_invisible(Receipt.decode(d.receipt), 600_000, store.clock.now_ms())  # nacked: back in 600 s
     store.clock.advance(2_000)
-    p.run_due(store.clock.now_ms())  # a0 lapsed: back in 600 s
+    p.run_due(store.clock.now_ms())
     assert bodies(p.receive("g", "t", 10, 60_000, store.clock.now_ms(), "A")) == []  # a1 must not overtake it
     store.clock.advance(600_000)
+    p.run_due(store.clock.now_ms())
     assert bodies(p.receive("g", "t", 10, 60_000, store.clock.now_ms(), "A")) == ["a1"]  # a0 filtered out once due

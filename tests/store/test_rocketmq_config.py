@@ -194,3 +194,51 @@ def test_serve_refuses_fsck_names_the_file_and_the_flag_starts_anyway(tmp_path):
     finally:
         node.kill()
     assert open(path + ".unreadable").read() == "\x00\x00garbage"  # kept, never deleted
+
+
+def test_rocketmq_5s_binary_timercheck_does_not_stop_the_broker_services(tmp_path):
+    """RocketMQ 5 keeps its timer progress in a binary config/timercheck where we keep JSON: our
+    own progress files are rebuilt when unreadable (a refusal there, after the start, left
+    delays, timers and receives waiting on services that never came up)."""
+    root = rocketmq_dir(tmp_path / "s")
+    with open(os.path.join(root, "config", "timercheck"), "wb") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x01\xe2\x40" * 4)
+    node = ServerProcess(root, name="rmq").start()
+    try:
+        from msgstore.client import Client
+        from tests.support.servers import wait_until
+
+        with Client(node.address, timeout=10) as c:
+            c.create_topic("later", 1)
+            c.send("later", b"due", delay=0.3)
+            q = c.route("later").queues[0]
+            wait_until(lambda: c.pull("later", q, 0).messages, timeout=20, what="the timed message delivered")
+    finally:
+        node.kill()
+
+
+def test_an_unreadable_delay_offset_file_stops_the_start(tmp_path):
+    root = rocketmq_dir(tmp_path / "s")
+    with open(os.path.join(root, "config", "delayOffset.json"), "w") as f:
+        f.write("{1:3,")
+    with pytest.raises(md.UnreadableConfig) as e:
+        MessageStore(root, SETTINGS).start()
+    assert "delayOffset.json cannot be read" in str(e.value)
+
+
+def test_a_copy_set_aside_before_is_never_overwritten(tmp_path):
+    root = rocketmq_dir(tmp_path / "s")
+    path = os.path.join(root, "config", "consumerOffset.json")
+    md.SET_ASIDE_UNREADABLE = True
+    try:
+        for text in ("first{", "second{"):
+            with open(path, "w") as f:
+                f.write(text)
+            with MessageStore(root, SETTINGS):
+                pass
+            for left in (path, path + ".bak"):  # (what the store wrote since)
+                if os.path.exists(left):
+                    os.remove(left)
+    finally:
+        md.SET_ASIDE_UNREADABLE = False
+    assert open(path + ".unreadable").read() == "first{" and open(path + ".unreadable.1").read() == "second{"

@@ -137,16 +137,18 @@ class PopHandlers:
         await self._pop_master(context)
         broker = self.server.broker
         assert broker is not None
+        invisible = request.invisible_ms
+        if invisible == 0:  # a nack: back after the group's backoff for this delivery (the only wait it gets)
+            invisible = RetryPolicy.of_group(self.server.store.groups.groups.get(group)).backoff_ms(receipt.attempt)
         try:
             handle, until = await asyncio.get_running_loop().run_in_executor(
-                self.server.executor, broker.pop.change_invisible, receipt, request.invisible_ms, self.server.store.clock.now_ms()
+                self.server.executor, broker.pop.change_invisible, receipt, invisible, self.server.store.clock.now_ms()
             )
         except ReceiptExpired as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"receipt_handle: {e}")
         except PopUnavailable as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"invisibility not changed: {e}")
-        if request.invisible_ms == 0:
-            broker.wakeup()  # a nack: bring it back now
+        broker.wakeup()  # (its new time may be the earliest)
         return pb.ChangeInvisibleResponse(receipt_handle=handle, invisible_until_ms=until)
 
     async def UpdateGroup(self, request: pb.UpdateGroupRequest, context) -> pb.UpdateGroupResponse:

@@ -51,7 +51,18 @@ UNKNOWN_GRACE_S = 2.0  # a group no route names yet: looked for this long before
 # what may be sent again when its master failed with it in flight: reads, a receive (what the dead
 # master handed out comes back after its invisible time) and an ack (taken again, or refused as done)
 REPEATABLE = frozenset(
-    {"Pull", "Receive", "Ack", "GetQueueOffsets", "GetOffsetByTime", "GetCommittedOffset", "GetMessage", "QueryByKey", "ListTopics"}
+    {
+        "Pull",
+        "PullQueues",
+        "Receive",
+        "Ack",
+        "GetQueueOffsets",
+        "GetOffsetByTime",
+        "GetCommittedOffset",
+        "GetMessage",
+        "QueryByKey",
+        "ListTopics",
+    }
 )
 # what only reads what a master holds: served by a master that may not acknowledge now (fenced: its
 # lease or quorum away), as it is when asked directly, instead of waiting for one that may

@@ -7,11 +7,11 @@ acknowledged in time comes back with its delivery count one higher, after the gr
   from the group's retry topic), writes one checkpoint per queue to the revive log
   (revive_log.py) and moves the group's position past them: several receivers of one group
   get different messages. A group's first receive starts at a queue's first message.
-- **Ack**, **change invisibility** and **nack** (visible again now, after the backoff) write
+- **Ack**, **change invisibility** and **nack** (invisible for the group's backoff) write
   ack records (and a new checkpoint) to the revive log.
 - **Revive**: a checkpoint whose time is up puts each message still unacknowledged on
-  ``%RETRY%<group>_<topic>`` (RocketMQ 5's pop retry topic) through the timer, due after the
-  group's backoff, with its delivery count in the record's reconsume times; after the group's
+  ``%RETRY%<group>_<topic>`` (RocketMQ 5's pop retry topic), due at once, with its delivery
+  count in the record's reconsume times; after the group's
   ``retryMaxTimes`` deliveries it goes to ``%DLQ%<group>`` instead, with its original topic and
   id in ``DLQ_ORIGIN_TOPIC`` / ``DLQ_ORIGIN_MESSAGE_ID``.
 
@@ -44,7 +44,7 @@ from .queue_reading import batches_from, phy_of, read_one
 from .retry_policy import RetryPolicy
 from .revive_log import AckRecord, Checkpoint, ack_record, parse
 from .scheduling import Scheduler
-from .system_topics import DLQ_PREFIX, PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, RETRY_PREFIX, REVIVE_TOPIC, TIMER_TOPIC
+from .system_topics import DLQ_PREFIX, PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY, RETRY_PREFIX, REVIVE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class PopService(ProgressFile):
     # ------------------------------------------------------------------ progress
 
     def load(self) -> None:
-        doc = read_json(self.path)
+        doc = read_json(self.path, strict=False)  # (its own: rebuilt when unreadable)
         with self.lock:
             self.done = DoneOffsets.decode(doc.get("progress", {})) if isinstance(doc, dict) else DoneOffsets()
             self.inflight, self.heap = {}, []
@@ -378,8 +378,8 @@ class PopService(ProgressFile):
         return True
 
     def change_invisible(self, receipt: Receipt, invisible_ms: int, now_ms: int) -> tuple[str, int]:
-        """The delivery stays invisible until ``now_ms + invisible_ms`` instead (0: visible
-        again now, after the group's backoff: a nack); its new receipt and that time."""
+        """The delivery stays invisible until ``now_ms + invisible_ms`` instead, and comes back
+        then (a nack is the group's backoff, computed by the caller); its new receipt and that time."""
         with self.lock:
             old = self._check(receipt)
             deadline = now_ms + invisible_ms
@@ -443,14 +443,10 @@ class PopService(ProgressFile):
             if deliveries >= policy.max_deliveries:
                 target = dlq_topic(ck.group)
                 props.update({PROP_DLQ_ORIGIN_TOPIC: original, PROP_DLQ_ORIGIN_MESSAGE_ID: origin_id})
-            else:
+            else:  # back now: its invisible time was the wait (RocketMQ 5: a SimpleConsumer's retry interval)
                 target = retry_topic(ck.group, original)
-                props[PROP_TIMER_DELAY_MS] = str(min(policy.backoff_ms(deliveries), store.config.timerMaxDelaySec * 1000))
             ensure_topic(store, target, 1)
             msg = Message(target, bytes(m.body), 0, m.flag, props, m.born_timestamp, m.born_host, reconsume_times=deliveries)
-            if target != dlq_topic(ck.group):
-                msg, _ = self.scheduler.prepare(msg)
-                ensure_topic(store, TIMER_TOPIC, 1)
             res_put = store.put_messages(msg.topic, msg.queue_id, [msg])
             if res_put.status in (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED):
                 log.error(
@@ -489,7 +485,7 @@ class PopService(ProgressFile):
                 ck.pending.discard(off)
                 continue
             if deliveries < policy.max_deliveries:
-                self.fifo.lapsed(ck.group, ck.topic, ck.queue_id, off, ck_off, now_ms + policy.backoff_ms(deliveries))
+                self.fifo.lapsed(ck.group, ck.topic, ck.queue_id, off, ck_off, now_ms)  # (its invisible time was the wait)
                 ck.pending.discard(off)
                 self.revived += 1
                 continue

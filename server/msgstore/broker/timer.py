@@ -74,7 +74,7 @@ class TimerService(ProgressFile):
 
     def load(self) -> None:
         """Start over from the saved progress: the heap is rebuilt from the queue."""
-        doc = read_json(self.path)
+        doc = read_json(self.path, strict=False)  # (its own: rebuilt when unreadable)
         with self.lock:
             self.done = DoneOffsets.decode(doc.get("progress", {})) if isinstance(doc, dict) else DoneOffsets()
             self.heap = []

@@ -103,7 +103,7 @@ class TransactionService(ProgressFile):
     # ------------------------------------------------------------------ progress
 
     def load(self) -> None:
-        doc = read_json(self.path)
+        doc = read_json(self.path, strict=False)  # (its own: rebuilt when unreadable)
         with self.lock:
             doc = doc if isinstance(doc, dict) else {}
             self.done = DoneOffsets.decode(doc.get("progress", {}))

@@ -199,17 +199,20 @@ class AsyncConsumer:
             for address, qs in by_address.items()
             for i in range(0, len(qs), MAX_QUEUES_PER_CALL)
         ]
-        out: list[ConsumerRecord] = []
+        answered: list[list[tuple[QueueRef, object]]] = []
         pending = set(calls)
         try:
-            while pending and (not out or not timeout_ms):
+            while pending and not (timeout_ms and any(resp.record_count for a in answered for _q, resp in a)):  # type: ignore[attr-defined]
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for call in done:
-                    self._took(call.result(), out, keep_empty=not timeout_ms)
+                answered += [call.result() for call in done]
         finally:
             for call in pending:
                 call.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        # positions move only now, all at once: a poll cancelled or failed before this moves none
+        out: list[ConsumerRecord] = []
+        for answers in answered:
+            self._took(answers, out, keep_empty=not timeout_ms)
         return out
 
     async def _pull_node(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
@@ -218,6 +221,11 @@ class AsyncConsumer:
             try:
                 return await self.client.pull_queues(self.topic, address, [(q, self.positions[q]) for q in queues], **kw)  # type: ignore[arg-type]
             except StoreError as e:
+                if e.code == grpc.StatusCode.UNAVAILABLE:  # a failover, say: the next poll asks who serves the queues now
+                    try:
+                        await self.client.route(self.topic, refresh=True)
+                    except StoreError:
+                        pass
                 if e.code != grpc.StatusCode.UNIMPLEMENTED:
                     return []
                 self._pull_each.add(address)
@@ -232,11 +240,13 @@ class AsyncConsumer:
 
     def _took(self, answers: list[tuple[QueueRef, object]], out: list[ConsumerRecord], keep_empty: bool) -> None:
         for q, resp in answers:
-            if q not in self.positions or not (keep_empty or resp.record_count):  # type: ignore[attr-defined]
+            if q not in self.positions:
+                continue
+            if self.membership is not None and self.membership.stale(q.address, resp.group_generation):  # type: ignore[attr-defined]
+                self._recheck = True  # (an empty answer tells it too: an idle member follows its group)
+            if not (keep_empty or resp.record_count):  # type: ignore[attr-defined]
                 continue
             res = pull_result(resp, q.node)
-            if self.membership is not None and self.membership.stale(q.address, res.group_generation):
-                self._recheck = True
             self.positions[q] = res.next_offset
             out.extend(ConsumerRecord(q, m) for m in res.messages)
 

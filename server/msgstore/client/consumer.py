@@ -418,6 +418,8 @@ class Consumer:
                     for q, resp in call.answers():
                         if resp.record_count:
                             self._took(q, resp, out)
+                        else:
+                            self._saw(q, resp)  # (an idle member follows its group too)
         for call in calls:
             if not call.done():
                 call.cancel()

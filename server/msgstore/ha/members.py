@@ -29,7 +29,7 @@ class GroupMembers:
         self.lock = threading.Lock()
         self.members: dict[str, str] = {}
         self.last_role: dict = {}  # this member's role when it last ran: {"role", "epoch", "master" | "mode"}
-        raw = read_json(self.path)
+        raw = read_json(self.path, strict=False)  # (its own: rebuilt when unreadable)
         if isinstance(raw, dict) and raw.get("group") == group and isinstance(raw.get("members"), dict):
             self.members = {str(k): str(v) for k, v in raw["members"].items()}
             self.last_role = raw.get("role") if isinstance(raw.get("role"), dict) else {}

@@ -65,7 +65,7 @@ SET_ASIDE_UNREADABLE = False
 UNREADABLE = ".unreadable"
 
 
-class UnreadableConfig(RuntimeError):
+class UnreadableConfig(ValueError):
     """A config file that exists, but neither it nor its backup parses."""
 
     def __init__(self, path: str, reasons: list[str]):
@@ -122,9 +122,20 @@ def _quote_bare_keys(data: bytes) -> bytes:
     return bytes(out)
 
 
-def read_json(path: str) -> Any | None:
+def _free_name(path: str) -> str:
+    """``path``, or ``path.1``, ``path.2``...: a copy set aside before is never overwritten."""
+    k, name = 0, path
+    while os.path.exists(name):
+        k += 1
+        name = f"{path}.{k}"
+    return name
+
+
+def read_json(path: str, strict: bool = True) -> Any | None:
     """The file's JSON, else its ``.bak``'s; None when neither exists. Neither parsing raises
-    :class:`UnreadableConfig`, unless SET_ASIDE_UNREADABLE: then they are renamed aside."""
+    :class:`UnreadableConfig`, unless SET_ASIDE_UNREADABLE: then they are renamed aside.
+    ``strict=False`` for the store's own progress files, which it can rebuild (``timercheck``
+    is binary where RocketMQ 5 wrote it): None, and the file left as it is."""
     reasons: list[str] = []
     present: list[str] = []
     for candidate in (path, path + ".bak"):
@@ -140,12 +151,12 @@ def read_json(path: str) -> Any | None:
             log.error("%s is unreadable (%s); trying the backup", candidate, e)
             reasons.append(f"{os.path.basename(candidate)}: {e}")
             present.append(candidate)
-    if not present:
+    if not present or not strict:
         return None
     if not SET_ASIDE_UNREADABLE:
         raise UnreadableConfig(path, reasons)
     for candidate in present:
-        os.replace(candidate, candidate + UNREADABLE)
+        os.replace(candidate, _free_name(candidate + UNREADABLE))
     log.error("%s cannot be read (%s): starting without it, as asked; kept as %s%s", path, "; ".join(reasons), path, UNREADABLE)
     return None
 

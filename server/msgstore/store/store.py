@@ -15,6 +15,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..record import codec
@@ -28,9 +29,9 @@ from .consume_queue import ConsumeQueue, is_filler
 from .dispatch import ArrivalListener, Dispatcher, Hint
 from .flush import FlushObserver, FlushRequest, GroupCommitService, commit_all, flush_commitlog, flush_consume_queues
 from .index import IndexService
-from .layout import StoreLayout
+from .layout import DELAY_OFFSET, StoreLayout
 from .limits import ResourceGuard, ResourceLimit
-from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error
+from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error, read_json
 from .queue_state import QueueRecord, QueueState
 from .queue_table import QueueTable
 from .recovery import Recovery, RecoveryReport, truncate_all
@@ -213,6 +214,7 @@ class MessageStore:
             self.offsets.load()
             self.groups = SubscriptionGroups(self.config_dir)
             self.groups.load()
+            read_json(os.path.join(self.config_dir, DELAY_OFFSET))  # (the broker reads it later: refused here, before serving)
             self.checkpoint = Checkpoint(self.layout.checkpoint_path)
             self.commitlog = CommitLog(self.commitlog_dir, self.config, clock=self.clock, syncer=self.syncer, store_host=self.store_host)
             self.repairs = UnitRepair(self.commitlog)
@@ -719,6 +721,8 @@ class MessageStore:
             return existing
         if existing is None or n > existing.write_queue_nums:
             self.limits.check_new_queues(topic, n - (existing.write_queue_nums if existing else 0))  # ResourceLimit
+        if existing is not None:  # (its permissions and what RocketMQ wrote in it stay)
+            return self.topics.put(replace(existing, read_queue_nums=n, write_queue_nums=n))
         return self.topics.put(TopicConfig(topic, n, n))
 
     def delete_topic(self, topic: str) -> bool:

@@ -149,7 +149,8 @@ class Renewals:
             self.held.pop(r, None)
             try:
                 await self.service.data.ChangeInvisible(
-                    pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=r, invisible_ms=0), HereContext()
+                    pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=r, invisible_ms=1),
+                    HereContext(),  # (0: a nack)
                 )
             except Exception as e:  # (it comes back when its time is up)
                 log.debug("delivery %s not given back: %s", r[:16], e)
