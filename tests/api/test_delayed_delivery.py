@@ -84,6 +84,17 @@ def test_delay_levels_go_through_the_schedule_topic_and_clamp_to_the_last_level(
     wait_until(lambda: os.path.exists(path) and saved() == {"1": 1, "2": 1}, timeout=5, what="delayOffset.json")
 
 
+def test_a_delay_level_wins_over_timer_properties_as_in_rocketmq(c):
+    """RocketMQ clears TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS when DELAY names a
+    level (HookUtils.checkIfTimerMessage); here the timer won, the level ignored."""
+    far = str(int(time.time() * 1000) + 3_600_000)  # an hour away: a timer win would never arrive in the test
+    c.send("orders", b"level wins", delay_level=1, properties={"TIMER_DELIVER_MS": far, "TIMER_DELAY_SEC": "3600"})
+    wait_until(lambda: b"level wins" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the level-1 message")
+    (m,) = [m for m in pulled(c, "orders", 0) + pulled(c, "orders", 1) if m.body == b"level wins"]
+    assert "TIMER_DELIVER_MS" not in m.properties and "TIMER_DELAY_SEC" not in m.properties
+    assert not c.topics().get("rmq_sys_wheel_timer")  # never went through the timer
+
+
 def test_a_recalled_message_never_arrives_and_a_late_recall_is_refused(c):
     keep = c.send("orders", b"keep", delay=0.5)
     drop = c.send("orders", b"drop", delay=1.0)

@@ -75,6 +75,10 @@ class Scheduler:
         if PROP_TIMER_DEL_UNIQKEY in msg.properties:
             raise DelayRefused(PROP_TIMER_DEL_UNIQKEY, "is the store's own (a recall marker): recall with the send's recall handle")
         props = dict(msg.properties)
+        if PROP_DELAY in props and _int_property(props, PROP_DELAY) > 0:  # a level wins over a timer (HookUtils.checkIfTimerMessage)
+            for k in _TIMER_PROPS:
+                props.pop(k, None)
+            return self._level(msg, props), None
         if any(k in props for k in _TIMER_PROPS):
             return self._timer(msg, props)
         if PROP_DELAY in props:
