@@ -7,6 +7,7 @@ CLI's receive, ack and dlq."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import grpc
 import pytest
 
 from msgstore.client import Client, QueueRef, StoreError
+from msgstore.record.receipt import Receipt
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.support.servers import ROOT, wait_until
@@ -193,10 +195,32 @@ def test_a_receive_without_an_invisible_time_is_refused_not_made_30_s(server, c)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "invisible: must be at least 0 ms" in e.value.details
 
 
-def test_a_receipt_not_given_out_here_is_refused(c):
-    with pytest.raises(StoreError) as e:
-        c.ack("g", "work", ["garbage"])
+def test_each_receipt_gets_its_own_result_a_bad_one_fails_alone(server, c):
+    """One bad receipt made the whole ack fail with INVALID_ARGUMENT, naming none, and
+    acknowledged nothing; now it fails alone, and the others are acknowledged."""
+    send(c, 2)
+    good = c.receive("g", "work", 2, invisible=0.5)
+    assert len(good) == 2
+    foreign = dataclasses.replace(Receipt.decode(good[0].receipt), group="other").encode()  # well formed, another group's
+    errors = c.ack("g", "work", [good[0], "garbage", good[1]])
+    assert errors[0] == errors[2] == "" and errors[1].startswith("receipt_handle: ")
+    stub = pbg.MessageStoreStub(c.channel(server.address))
+    resp = stub.Ack(pb.AckRequest(group="g", topic="work", receipt_handles=["garbage", foreign]), timeout=10)
+    assert [r.ok for r in resp.results] == [False, False]
+    assert resp.results[0].error.startswith("receipt_handle: ") and "is a delivery to group other, not g" in resp.results[1].error
+    assert not wait_until_nothing(c)  # the two acknowledged never come back
+    with pytest.raises(StoreError) as e:  # a change of invisibility takes one receipt: a bad one fails the call
+        c.change_invisible("g", "work", "garbage", 1)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "receipt_handle" in e.value.details
+
+
+def wait_until_nothing(c) -> list:
+    """What comes back in 1.5 s (three times the invisible time of what was received)."""
+    deadline = time.monotonic() + 1.5
+    got: list = []
+    while time.monotonic() < deadline:
+        got += c.receive("g", "work", 10, invisible=5, wait=0.3)
+    return got
 
 
 def test_the_cli_receives_acks_and_resends_dead_letters(server, c):

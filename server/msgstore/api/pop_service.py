@@ -52,20 +52,32 @@ class PopHandlers:
             )
 
     def _receipts(self, handles, group: str, topic: str) -> list[Receipt]:
+        """Every handle as a Receipt; InvalidArgument naming the first that is not one of ours."""
         out = []
+        for i, r in enumerate(self._each_receipt(handles, group, topic)):
+            if isinstance(r, str):
+                raise v.InvalidArgument(f"receipt_handles[{i}]", r)
+            out.append(r)
+        return out
+
+    def _each_receipt(self, handles, group: str, topic: str) -> list[Receipt | str]:
+        """Each handle as a Receipt, or why it is not one this node gave out for ``group``/``topic``."""
+        out: list[Receipt | str] = []
         node = self.server.replica.group if self.server.replica is not None else self.server.node_name
-        for i, text in enumerate(handles):
+        for text in handles:
             try:
                 r = Receipt.decode(text)
             except ValueError as e:
-                raise v.InvalidArgument(f"receipt_handles[{i}]", str(e)) from None
+                out.append(str(e))
+                continue
             if r.group != group:
-                raise v.InvalidArgument(f"receipt_handles[{i}]", f"is a delivery to group {r.group}, not {group}")
-            if r.topic != topic and r.topic != retry_topic(group, topic):
-                raise v.InvalidArgument(f"receipt_handles[{i}]", f"is a delivery of topic {r.topic}, not {topic}")
-            if r.node != node:
-                raise v.InvalidArgument(f"receipt_handles[{i}]", f"was given out by {r.node}; this node is {node}")
-            out.append(r)
+                out.append(f"is a delivery to group {r.group}, not {group}")
+            elif r.topic != topic and r.topic != retry_topic(group, topic):
+                out.append(f"is a delivery of topic {r.topic}, not {topic}")
+            elif r.node != node:
+                out.append(f"was given out by {r.node}; this node is {node}")
+            else:
+                out.append(r)
         return out
 
     async def Receive(self, request: pb.ReceiveRequest, context) -> pb.ReceiveResponse:
@@ -116,12 +128,18 @@ class PopHandlers:
         topic = v.check_topic(request.topic)
         if not 1 <= len(request.receipt_handles) <= MAX_RECEIVE:
             raise v.InvalidArgument("receipt_handles", f"must hold 1 to {MAX_RECEIVE} handles, got {len(request.receipt_handles)}")
-        receipts = self._receipts(request.receipt_handles, group, topic)
+        # each handle its own result: one that is not a receipt of ours fails alone, named, and the rest are acknowledged
+        each = self._each_receipt(request.receipt_handles, group, topic)
+        receipts = [r for r in each if not isinstance(r, str)]
         await self._pop_master(context)
-        try:
-            errors = await asyncio.get_running_loop().run_in_executor(self.server.executor, self.server.broker.pop.ack, receipts)  # type: ignore[union-attr]
-        except PopUnavailable as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing acknowledged: {e}")
+        done: list[str] = []
+        if receipts:
+            try:
+                done = await asyncio.get_running_loop().run_in_executor(self.server.executor, self.server.broker.pop.ack, receipts)  # type: ignore[union-attr]
+            except PopUnavailable as e:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing acknowledged: {e}")
+        answers = iter(done)
+        errors = [f"receipt_handle: {r}" if isinstance(r, str) else next(answers) for r in each]
         return pb.AckResponse(
             results=[pb.AckResult(receipt_handle=h, ok=not err, error=err) for h, err in zip(request.receipt_handles, errors)]
         )

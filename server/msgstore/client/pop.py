@@ -102,7 +102,11 @@ def _ack_requests(
     texts = [r.receipt if isinstance(r, Received) else r for r in receipts]
     by_node: dict[str, list[int]] = {}
     for i, t in enumerate(texts):
-        by_node.setdefault(_receipt(t).node, []).append(i)
+        try:
+            node = _receipt(t).node
+        except StoreError:
+            continue  # (its own result: see _unreadable_receipts)
+        by_node.setdefault(node, []).append(i)
     return len(texts), [
         (idx, *_target(texts[idx[0]]), pb.AckRequest(group=group, topic=topic, receipt_handles=[texts[i] for i in idx]))
         for idx in by_node.values()
@@ -115,6 +119,18 @@ def _change_invisible_request(
     text = receipt.receipt if isinstance(receipt, Received) else receipt
     req = pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=text, invisible_ms=_invisible_ms(invisible, 0))
     return (*_target(text), req)
+
+
+def _unreadable_receipts(receipts: Sequence[str | Received]) -> list[str]:
+    """Per receipt, why it is not one (each fails alone; the others are acknowledged), else ''."""
+    out = []
+    for r in receipts:
+        try:
+            _receipt(r.receipt if isinstance(r, Received) else r)
+            out.append("")
+        except StoreError as e:
+            out.append(e.details)  # "receipt_handle: why", as the store says it of one it cannot take
+    return out
 
 
 class PopCalls:
@@ -150,7 +166,7 @@ class PopCalls:
         """Acknowledge deliveries; per receipt '' or why it no longer could (the delivery is
         over: acknowledged already, or the message came back as a new delivery)."""
         n, calls = _ack_requests(group, topic, receipts)
-        errors = [""] * n
+        errors = _unreadable_receipts(receipts)
         for idx, where, queue, req in calls:
             resp = self._group_call(where, queue, "Ack", req, reads=False)
             for i, res in zip(idx, resp.results):
@@ -217,7 +233,7 @@ class AsyncPopCalls:
 
     async def ack(self: Any, group: str, topic: str, receipts: Sequence[str | Received]) -> list[str]:
         n, calls = _ack_requests(group, topic, receipts)
-        errors = [""] * n
+        errors = _unreadable_receipts(receipts)
         for idx, where, queue, req in calls:
             resp = await self._group_call(where, queue, "Ack", req, reads=False)
             for i, res in zip(idx, resp.results):
