@@ -146,3 +146,23 @@ def test_groups_sets_a_groups_retry_policy_and_names_what_is_wrong(server):
         entry = json.load(f)["subscriptionGroupTable"]["billing"]
     assert entry["consumeMessageOrderly"] is True and entry["retryMaxTimes"] == 3
     assert entry["groupRetryPolicy"] == {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [1000, 10000]}}
+
+
+def test_with_json_errors_are_json_on_stderr_too(server):
+    """They were plain text whatever --json said (issue 33.13): a usage error, a store's refusal,
+    and a command's own check, each as one JSON object; without --json, one plain line."""
+    s = ["--server", server.address]
+    usage = run("send", "x", "y", "--delay", "soon", "--json", *s, check=False)
+    assert usage.returncode == 2 and usage.stdout == b""
+    doc = json.loads(usage.stderr)
+    assert doc["code"] == "usage" and "--delay" in doc["error"]
+    too_far = run("send", "x", "y", "--delay", "4d", "--json", *s, check=False)
+    assert too_far.returncode == 1 and json.loads(too_far.stderr)["code"] == "INVALID_ARGUMENT"
+    refused = run("--json", "receive", "g", "nowhere", "--invisible", "0.0001", *s, check=False)
+    assert refused.returncode == 1
+    doc = json.loads(refused.stderr.decode().strip().splitlines()[-1])
+    assert doc == {"error": doc["error"], "code": "INVALID_ARGUMENT"} and "invisible: must be at least 1 ms" in doc["error"]
+    own = run("--json", "send", "x", "y", "--property", "novalue", *s, check=False)
+    assert own.returncode != 0 and json.loads(own.stderr)["error"].startswith("--property 'novalue'")
+    plain = run("send", "x", "y", "--delay", "soon", *s, check=False)
+    assert plain.returncode == 2 and plain.stderr.decode().startswith("msgstore send: error: argument --delay")

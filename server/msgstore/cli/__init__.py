@@ -20,19 +20,24 @@ def main(argv: Iterable[str] | None = None) -> int:
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `msgstore pull ... | head` ends quietly
+    from .parser import _Parser
+
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    _Parser.json_errors = "--json" in argv  # (a usage error comes before --json is parsed)
     parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parser.parse_args(argv)
     if args.command == "topics" and args.action == "create" and not args.name:
         parser.error("topics create needs a NAME")
     if args.command == "admin" and args.action == "config" and args.config_action == "set" and not args.assignments:
         parser.error("admin config set needs KEY=VALUE")
     from ..client import StoreError
+    from .common import error
 
     try:
         return args.fn(args)
     except StoreError as e:
-        print(f"error: {e}", file=sys.stderr)
+        error(args, str(e), e.code.name)
         return 1
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        error(args, str(e))
         return 2

@@ -50,6 +50,15 @@ def note(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def error(args, text: str, code: str = "") -> None:
+    """A refusal for the person (``error: ...``), or with ``--json`` a JSON object on stderr
+    (``{"error": ..., "code": ...}``) that a script can read as it reads the output."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": text, **({"code": code} if code else {})}), file=sys.stderr)
+    else:
+        print(f"error: {text}", file=sys.stderr)
+
+
 def notice(args, kind: str, text: str, **fields: Any) -> None:
     """Something the output alone does not show (no match, a cut-off): a line on stderr, a
     JSON object there with ``--json`` so that a script reading stdout's messages can see it."""

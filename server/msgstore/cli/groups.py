@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from ..output import emit as _emit
 from ..output import table as _table
-from .common import open_client, partial
+from .common import error, open_client, partial
 
 
 def group_report(found) -> list[dict[str, Any]]:
@@ -59,12 +58,12 @@ def cmd_groups(args) -> int:
     skipped: list[str] = []
     changes = args.fifo is not None or args.max_deliveries or args.backoff
     if changes and not args.group:
-        print("error: --fifo, --max-deliveries and --backoff change one group: name it", file=sys.stderr)
+        error(args, "--fifo, --max-deliveries and --backoff change one group: name it")
         return 2
     try:
         backoff = [float(x) for x in args.backoff.split(",") if x.strip()]
     except ValueError:
-        print(f"error: --backoff: seconds separated by commas, got {args.backoff!r}", file=sys.stderr)
+        error(args, f"--backoff: seconds separated by commas, got {args.backoff!r}")
         return 2
     with open_client(args) as c:
         if changes:

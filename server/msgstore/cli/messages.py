@@ -9,7 +9,7 @@ from typing import Any
 
 from ..output import body_text as _body_text
 from ..output import emit as _emit
-from .common import MessagePrinter, format_ms, message_row, note, notice, open_client, partial
+from .common import MessagePrinter, error, format_ms, message_row, note, notice, open_client, partial
 
 
 def cmd_send(args) -> int:
@@ -24,7 +24,7 @@ def cmd_send(args) -> int:
             note("reading the message body from stdin (end it with Ctrl-D)")
         body = sys.stdin.buffer.read()
         if not body and not args.allow_empty:
-            print("error: the message body is empty (stdin had nothing); give a BODY, --file, or --allow-empty", file=sys.stderr)
+            error(args, "the message body is empty (stdin had nothing); give a BODY, --file, or --allow-empty")
             return 2
     else:
         body = args.body.encode("utf-8", "surrogateescape")
@@ -32,7 +32,7 @@ def cmd_send(args) -> int:
     for p in args.property:
         name, sep, value = p.partition("=")
         if not sep or not name:
-            print(f"error: --property {p!r}: expected NAME=VALUE", file=sys.stderr)
+            error(args, f"--property {p!r}: expected NAME=VALUE")
             return 2
         props[name] = value
     with open_client(args, send_streams=False) as c:  # one request: no stream threads to start and tear down
@@ -40,7 +40,7 @@ def cmd_send(args) -> int:
         if args.queue is not None or args.node is not None:
             found = _queues(c, args.topic, args.queue, args.node)
             if isinstance(found, str):
-                print(f"error: {found}", file=sys.stderr)
+                error(args, str(found))
                 return 2
             queue = found[0]
         res = c.send_batch(
@@ -138,18 +138,18 @@ def cmd_pull(args) -> int:
     from ..client import Consumer
 
     if args.start is not None and args.start not in ("earliest", "latest") and args.start.startswith("-"):
-        print(f"error: --from {args.start}: an offset is >= 0 (or earliest, latest, an ISO time)", file=sys.stderr)
+        error(args, f"--from {args.start}: an offset is >= 0 (or earliest, latest, an ISO time)")
         return 2
     with open_client(args) as c:
         listed_without: list[str] = []
         if args.topic not in c.topics(skipped=listed_without) and not listed_without:
             if not args.follow:
-                print(f"error: no topic {args.topic!r} on any node (msgstore topics list shows them)", file=sys.stderr)
+                error(args, f"no topic {args.topic!r} on any node (msgstore topics list shows them)")
                 return 1
             note(f"topic {args.topic!r} does not exist yet; following it from its first message")
         chosen = _queues(c, args.topic, args.queue, args.node)
         if isinstance(chosen, str):
-            print(f"error: {chosen}", file=sys.stderr)
+            error(args, str(chosen))
             return 2
         unread: list[str] = []
         offsets = c.queue_offsets(args.topic, skipped=unread)
@@ -208,7 +208,7 @@ def cmd_query(args) -> int:
         if args.topic not in c.topics(skipped=listed_without) and not listed_without:
             if args.json:
                 print("[]")
-            print(f"error: no topic {args.topic!r} on any node (msgstore topics list shows them)", file=sys.stderr)
+            error(args, f"no topic {args.topic!r} on any node (msgstore topics list shows them)")
             return 1
         skipped: list[str] = []
         found = c.query(args.topic, args.key, args.max, skipped=skipped)

@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..output import table as _table
-from .common import note, store_settings
+from .common import error, note, store_settings
 
 
 def _warn_if_open(root: str) -> None:
@@ -25,7 +25,7 @@ def cmd_inspect(args) -> int:
     try:
         info = inspect_dir(args.dir, store_settings(args))
     except UnreadableConfig as e:
-        print(f"error: {e}", file=sys.stderr)
+        error(args, str(e))
         return 1
     if args.json:
         print(json.dumps(info, indent=2, default=str))

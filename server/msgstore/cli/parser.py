@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -111,8 +112,13 @@ class _Parser(argparse.ArgumentParser):
         # SUPPRESS: a subcommand that is not given --json leaves the main parser's value alone
         self.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
 
+    json_errors = False  # set by main() when --json is among the arguments (they are not parsed yet)
+
     def error(self, message: str) -> NoReturn:
-        """One line naming the flag, as every other refusal of ours (the usage is a --help away)."""
+        """One line naming the flag, as every other refusal of ours (the usage is a --help away);
+        with --json, a JSON object on stderr, as every other error then."""
+        if _Parser.json_errors:
+            self.exit(2, json.dumps({"error": f"{self.prog}: {message}", "code": "usage"}) + "\n")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

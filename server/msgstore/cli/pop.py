@@ -6,7 +6,7 @@ import sys
 
 from ..output import body_text as _body_text
 from ..output import emit as _emit
-from .common import open_client
+from .common import error, open_client
 
 COLUMNS = ["topic", "attempt", "body", "receipt"]
 
@@ -71,7 +71,7 @@ def cmd_dlq(args) -> int:
                     props = {k: v for k, v in m.properties.items() if k not in drop}
                     res = c.send_batch(origin, [OutMessage(bytes(m.body), keys=m.user_keys, tags=m.tags, properties=props)])[0]
                     if not res.ok:
-                        print(f"error: resending {m.queue_offset} to {origin}: {res.status} {res.error}", file=sys.stderr)
+                        error(args, f"resending {m.queue_offset} to {origin}: {res.status} {res.error}")
                         return 1
                     c.commit(args.group, dlq, q, m.queue_offset + 1)
                     resent += 1
