@@ -166,3 +166,23 @@ def test_with_json_errors_are_json_on_stderr_too(server):
     assert own.returncode != 0 and json.loads(own.stderr)["error"].startswith("--property 'novalue'")
     plain = run("send", "x", "y", "--delay", "soon", *s, check=False)
     assert plain.returncode == 2 and plain.stderr.decode().startswith("msgstore send: error: argument --delay")
+
+
+def test_groups_confirms_a_policy_and_shows_it(server):
+    """It saved the policy and printed 'no consumer groups named G'; nothing showed a group's
+    FIFO flag, deliveries and backoff; --backoff=-5 was reported as -5000 ms and
+    --max-deliveries 0 meant 'unchanged' (issue 33.9)."""
+    s = ["--server", server.address]
+    out = run("groups", "billing", "--max-deliveries", "2", "--backoff", "1,5", "--fifo", *s).stdout.decode()
+    assert "no consumer groups" not in out
+    assert "billing: FIFO, 2 deliveries at most, backoff 1s, 5s (the last repeating) after a nack" in out
+    (g,) = json.loads(run("--json", "groups", "billing", *s).stdout)
+    assert g["policy"] == {"fifo": True, "max_deliveries": 2, "backoff_s": [1.0, 5.0]}
+    run("groups", "billing", "--no-fifo", *s)  # the rest unchanged
+    (g,) = json.loads(run("--json", "groups", "billing", *s).stdout)
+    assert g["policy"] == {"fifo": False, "max_deliveries": 2, "backoff_s": [1.0, 5.0]}
+    negative = run("groups", "billing", "--backoff=-5", *s, check=False)
+    assert negative.returncode == 2 and "--backoff: seconds must be 0 or more, got -5" in negative.stderr.decode()
+    zero = run("groups", "billing", "--max-deliveries", "0", *s, check=False)
+    assert zero.returncode == 2 and "must be 1 or more, got 0" in zero.stderr.decode()
+    assert "no consumer groups named nobody" in run("groups", "nobody", *s).stdout.decode()

@@ -7,6 +7,7 @@ import re
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 from .groups import MAX_EXPIRY_MS, Group, GroupRegistry
+from .pop_service import group_policy
 
 _CLIENT_ID = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -86,14 +87,17 @@ class GroupHandlers:
         live = {g.name: g for g in registry.all()}
         committed = store.committed_groups()  # type: ignore[attr-defined]
         out = pb.DescribeGroupsResponse(node=self.server.node_name)  # type: ignore[attr-defined]
-        for name in sorted(set(live) | set(committed)):
+        entries = store.groups.groups  # type: ignore[attr-defined]
+        for name in sorted(set(live) | set(committed) | ({wanted} & set(entries) if wanted else set())):
             if wanted is not None and name != wanted:
                 continue
             g = live.get(name) or Group(name)
-            if not g.members and name not in committed:
-                continue  # every member left and it never committed: forgotten
+            if not g.members and name not in committed and name != wanted:
+                continue  # every member left and it never committed: forgotten (unless asked for by name)
             topics = set(committed.get(name, ())) | {t for m in g.members.values() for t in m.topics}
             info = pb.GroupInfo(name=name, generation=g.generation, members=_members(registry, g))
+            if name in entries:
+                info.policy.CopyFrom(group_policy(entries[name]))
             info.inflight, info.retrying, info.dead_letters = self._pop_counts(name, topics)
             for topic in sorted(t for t in topics if not t.startswith(SYSTEM_PREFIXES)):
                 queue_ids = range(self.server.queue_count(topic))  # type: ignore[attr-defined]

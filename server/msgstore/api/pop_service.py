@@ -33,6 +33,17 @@ def _received(d: Delivery) -> pb.ReceivedMessage:
     return pb.ReceivedMessage(message=m, receipt_handle=d.receipt, attempt=d.attempt, invisible_until_ms=d.invisible_until)
 
 
+def group_policy(entry: dict) -> pb.GroupPolicy:
+    """A group's entry in subscriptionGroup.json as the API shows it."""
+    p = RetryPolicy.of_group(entry)
+    out = pb.GroupPolicy(fifo=bool(entry.get("consumeMessageOrderly")), max_deliveries=p.max_deliveries)
+    if p.initial_ms > 0:
+        out.exponential_initial_ms, out.exponential_max_ms, out.exponential_multiplier = p.initial_ms, p.max_ms, p.multiplier
+    else:
+        out.backoff_ms.extend(p.next_ms)
+    return out
+
+
 MAX_TAKING_OFFICE_S = 15.0  # a receive with a long deadline waits up to this (scheduled.TAKING_OFFICE_S at least)
 
 
@@ -211,4 +222,4 @@ class PopHandlers:
             groups.data_version += 1
             groups.changed()
         await asyncio.get_running_loop().run_in_executor(self.server.executor, groups.persist)
-        return pb.UpdateGroupResponse()
+        return pb.UpdateGroupResponse(policy=group_policy(entry))

@@ -17,6 +17,8 @@ def group_report(found) -> list[dict[str, Any]]:
         g = groups.setdefault(
             info.name, {"group": info.name, "members": {}, "queues": [], "lag": 0, "inflight": 0, "retrying": 0, "dead_letters": 0}
         )
+        if info.HasField("policy") and "policy" not in g:
+            g["policy"] = policy_dict(info.policy)
         g["inflight"] += info.inflight
         g["retrying"] += info.retrying
         g["dead_letters"] += info.dead_letters
@@ -54,9 +56,32 @@ def group_report(found) -> list[dict[str, Any]]:
     return out
 
 
+def policy_dict(p) -> dict[str, Any]:
+    out: dict[str, Any] = {"fifo": p.fifo, "max_deliveries": p.max_deliveries}
+    if p.exponential_initial_ms:
+        out["backoff"] = {
+            "initial_s": p.exponential_initial_ms / 1000,
+            "max_s": p.exponential_max_ms / 1000,
+            "multiplier": p.exponential_multiplier,
+        }
+    else:
+        out["backoff_s"] = [ms / 1000 for ms in p.backoff_ms]
+    return out
+
+
+def policy_text(group: str, p: dict[str, Any]) -> str:
+    if "backoff" in p:
+        b = p["backoff"]
+        backoff = f"backoff {b['initial_s']:g}s x{b['multiplier']:g} up to {b['max_s']:g}s"
+    else:
+        shown = ", ".join(f"{s:g}s" for s in p["backoff_s"][:6]) + (", ..." if len(p["backoff_s"]) > 6 else "")
+        backoff = f"backoff {shown} (the last repeating)"
+    return f"{group}: {'FIFO' if p['fifo'] else 'not FIFO'}, {p['max_deliveries']} deliveries at most, {backoff} after a nack"
+
+
 def cmd_groups(args) -> int:
     skipped: list[str] = []
-    changes = args.fifo is not None or args.max_deliveries or args.backoff
+    changes = args.fifo is not None or args.max_deliveries is not None or args.backoff
     if changes and not args.group:
         error(args, "--fifo, --max-deliveries and --backoff change one group: name it")
         return 2
@@ -65,9 +90,12 @@ def cmd_groups(args) -> int:
     except ValueError:
         error(args, f"--backoff: seconds separated by commas, got {args.backoff!r}")
         return 2
+    if any(not s >= 0 for s in backoff):
+        error(args, f"--backoff: seconds must be 0 or more, got {args.backoff}")
+        return 2
     with open_client(args) as c:
         if changes:
-            c.update_group(args.group, max_deliveries=args.max_deliveries, backoff=backoff, fifo=args.fifo)
+            c.update_group(args.group, max_deliveries=args.max_deliveries or 0, backoff=backoff, fifo=args.fifo)
         report = group_report(c.describe_groups(args.group or "", skipped=skipped))
     if args.json:
         _emit(args, report)
@@ -90,11 +118,13 @@ def cmd_groups(args) -> int:
                             "host": m["host"],
                         }
                     )
-        if not rows and not any(g["inflight"] or g["retrying"] or g["dead_letters"] for g in report):
+        if not rows and not any(g["inflight"] or g["retrying"] or g["dead_letters"] or "policy" in g for g in report):
             print("no consumer groups" + (f" named {args.group}" if args.group else ""))
         elif rows:
             print(_table(rows, ["group", "topic", "node", "queue", "member", "host", "committed", "max", "lag"]))
         for g in report:
+            if "policy" in g and (args.group or changes):
+                print(policy_text(g["group"], g["policy"]))
             if g["inflight"] or g["retrying"] or g["dead_letters"]:
                 print(
                     f"{g['group']}: {g['inflight']} in flight, {g['retrying']} waiting to be redelivered, {g['dead_letters']} dead letters"

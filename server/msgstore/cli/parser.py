@@ -122,6 +122,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _at_least(least: int):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more, got {n}")
+        return n
+
+    return parse
+
+
 def _arbiter(text: str) -> str:
     from ..ha.etcd import EtcdTarget
 
@@ -322,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("group", nargs="?", help="only this group")
     policy = s.add_argument_group("retry policy of GROUP, set on every node first (RocketMQ's updateSubGroup)")
     policy.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None, help="each message group in order, one at a time")
-    policy.add_argument("--max-deliveries", type=int, default=0, help="deliveries before the DLQ, the first included (retryMaxTimes + 1)")
+    policy.add_argument(
+        "--max-deliveries", type=_at_least(1), default=None, help="deliveries before the DLQ, the first included (retryMaxTimes + 1)"
+    )
     policy.add_argument("--backoff", default="", help="seconds to wait after delivery 1, 2, ... (comma-separated, the last repeating)")
     _connection_options(s)
     s.set_defaults(fn=cmd_groups)

@@ -198,8 +198,26 @@ class UpdateGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., max_deliveries: _Optional[int] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., exponential_initial_ms: _Optional[int] = ..., exponential_max_ms: _Optional[int] = ..., exponential_multiplier: _Optional[float] = ..., fifo: _Optional[bool] = ...) -> None: ...
 
 class UpdateGroupResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("policy",)
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    policy: GroupPolicy
+    def __init__(self, policy: _Optional[_Union[GroupPolicy, _Mapping]] = ...) -> None: ...
+
+class GroupPolicy(_message.Message):
+    __slots__ = ("fifo", "max_deliveries", "backoff_ms", "exponential_initial_ms", "exponential_max_ms", "exponential_multiplier")
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTIAL_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    fifo: bool
+    max_deliveries: int
+    backoff_ms: _containers.RepeatedScalarFieldContainer[int]
+    exponential_initial_ms: int
+    exponential_max_ms: int
+    exponential_multiplier: float
+    def __init__(self, fifo: _Optional[bool] = ..., max_deliveries: _Optional[int] = ..., backoff_ms: _Optional[_Iterable[int]] = ..., exponential_initial_ms: _Optional[int] = ..., exponential_max_ms: _Optional[int] = ..., exponential_multiplier: _Optional[float] = ...) -> None: ...
 
 class RecallRequest(_message.Message):
     __slots__ = ("recall_handle",)
@@ -684,7 +702,7 @@ class GroupQueue(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., holder: _Optional[str] = ..., committed: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
 
 class GroupInfo(_message.Message):
-    __slots__ = ("name", "generation", "members", "queues", "inflight", "retrying", "dead_letters")
+    __slots__ = ("name", "generation", "members", "queues", "inflight", "retrying", "dead_letters", "policy")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
@@ -692,6 +710,7 @@ class GroupInfo(_message.Message):
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     RETRYING_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     generation: int
     members: _containers.RepeatedCompositeFieldContainer[GroupMember]
@@ -699,7 +718,8 @@ class GroupInfo(_message.Message):
     inflight: int
     retrying: int
     dead_letters: int
-    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[GroupQueue, _Mapping]]] = ..., inflight: _Optional[int] = ..., retrying: _Optional[int] = ..., dead_letters: _Optional[int] = ...) -> None: ...
+    policy: GroupPolicy
+    def __init__(self, name: _Optional[str] = ..., generation: _Optional[int] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[GroupQueue, _Mapping]]] = ..., inflight: _Optional[int] = ..., retrying: _Optional[int] = ..., dead_letters: _Optional[int] = ..., policy: _Optional[_Union[GroupPolicy, _Mapping]] = ...) -> None: ...
 
 class DescribeGroupsResponse(_message.Message):
     __slots__ = ("groups", "node")
