@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -186,3 +187,32 @@ def test_groups_confirms_a_policy_and_shows_it(server):
     zero = run("groups", "billing", "--max-deliveries", "0", *s, check=False)
     assert zero.returncode == 2 and "must be 1 or more, got 0" in zero.stderr.decode()
     assert "no consumer groups named nobody" in run("groups", "nobody", *s).stdout.decode()
+
+
+def test_what_a_new_user_tripped_on_in_the_cli(server):
+    """Issue 33.14: each of these was silent, double, raw, or argparse's own words."""
+    s = ["--server", server.address]
+    for bad in ("0", "-1", "100000"):
+        r = run("receive", "g", "t", "--max", bad, *s, check=False)
+        assert r.returncode == 2 and "--max: must be 1 to 1000" in r.stderr.decode()  # ('no messages', exit 0, for 0 and -1)
+    neg = run("send", "x", "y", "--delay", "-5s", *s, check=False)
+    assert neg.returncode == 2 and "a duration must not be negative" in neg.stderr.decode()  # (was 'expected one argument')
+    assert run("--version").stdout.decode().startswith("msgstore ")
+    conf = run("admin", "config", "set", "noSuchKey=1", *s, check=False)
+    assert conf.returncode != 0 and (conf.stdout + conf.stderr).decode().count("noSuchKey") == 1  # (said twice)
+    later = json.loads(run("--json", "send", "fresh", "later", "--delay", "1h", *s).stdout)
+    pulled = run("pull", "fresh", *s, check=False)  # its only message is still delayed: the topic is there, empty
+    assert "no topic" not in pulled.stderr.decode() and pulled.returncode == 0, pulled.stderr
+    assert later["status"] == "PUT_OK"
+
+
+def test_a_late_recall_names_the_time_not_epoch_ms(server):
+    s = ["--server", server.address]
+    handle = json.loads(run("--json", "send", "soon", "x", "--delay", "200ms", *s).stdout)["recall_handle"]
+    deadline = time.monotonic() + 20
+    while True:
+        r = run("recall", handle, *s, check=False)
+        if r.returncode != 0 or time.monotonic() > deadline:
+            break
+    err = r.stderr.decode()
+    assert "too late to recall" in err and re.search(r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00\) has come", err), err

@@ -16,6 +16,8 @@ import pytest
 
 from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.routing import QueueRef
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.support.servers import ROOT, wait_until
 
 LEVELS = "1s 2s"
@@ -108,6 +110,10 @@ def test_a_recalled_message_never_arrives_and_a_late_recall_is_refused(c):
     with pytest.raises(StoreError) as e:
         c.recall("not-a-handle")
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "recall_handle" in e.value.details
+    # the client refuses that before any call: the store must too (a raw stub, as another client's)
+    with pytest.raises(grpc.RpcError) as raw:
+        pbg.MessageStoreStub(c.channel(c.endpoints[0])).Recall(pb.RecallRequest(recall_handle="not-a-handle"), timeout=10)
+    assert raw.value.code() == grpc.StatusCode.INVALID_ARGUMENT and raw.value.details().startswith("recall_handle: ")
 
 
 @pytest.mark.parametrize(
@@ -159,26 +165,35 @@ def test_a_delay_to_a_topic_that_cannot_exist_is_refused_at_once(servers):
 
 
 def test_a_sigkill_with_messages_pending_loses_none_and_repeats_none_twice(servers):
+    """Every message arrives, none before its time; one not yet due when the store was killed
+    arrives exactly once, one delivered just before it at most once more (the progress is
+    saved every second)."""
     node = servers("crash", settings=[f"messageDelayLevel={LEVELS}"])
+    levels_s = [float(x.rstrip("s")) for x in LEVELS.split()]
+    due: dict[bytes, float] = {}  # not before this (the send began then; the store's clock is ours)
     with Client(node.address, timeout=10) as c:
         c.create_topic("jobs", 1)
-        expected = set()
         for i in range(40):
             body = b"t%d" % i
+            due[body] = time.time() + 0.2 + 0.05 * i
             c.send("jobs", body, delay=0.2 + 0.05 * i)
-            expected.add(body)
         for i in range(10):
             body = b"l%d" % i
+            due[body] = time.time() + levels_s[i % 2]
             c.send("jobs", body, delay_level=1 + i % 2)
-            expected.add(body)
         wait_until(lambda: len(bodies(c, "jobs")) >= 15, timeout=15, what="some deliveries before the crash")
+    killed_at = time.time()
     node.kill()
     node.start()
     with Client(node.address, timeout=10) as c:
-        wait_until(lambda: set(bodies(c, "jobs")) == expected, timeout=20, what="every pending message after the restart")
-        got = bodies(c, "jobs")
-    counts = {b: got.count(b) for b in expected}
+        wait_until(lambda: set(bodies(c, "jobs")) == set(due), timeout=20, what="every pending message after the restart")
+        got = pulled(c, "jobs")
+    counts = {b: [m.body for m in got].count(b) for b in due}
     assert max(counts.values()) <= 2, counts  # at most once more after a crash
+    later = [b for b, t in due.items() if t > killed_at]
+    assert later and all(counts[b] == 1 for b in later), {b: counts[b] for b in later}  # not due at the crash: exactly once
+    early = [(m.body, m.store_timestamp, due[m.body]) for m in got if m.store_timestamp < due[m.body] * 1000 - 5]
+    assert not early, early  # none before its time (5 ms: the store's millisecond stamps)
 
 
 def test_the_cli_sends_with_a_delay_and_recalls(node, c):

@@ -13,6 +13,8 @@ import grpc
 import pytest
 
 from msgstore.client import Client, QueueRef, StoreError
+from msgstore.v1 import msgstore_pb2 as pb
+from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.support.servers import wait_until
 
 FAST = ["transactionTimeOut=300", "transactionCheckInterval=300", "transactionCheckMax=3"]
@@ -112,6 +114,11 @@ def test_transactional_sends_that_cannot_work_are_invalid_argument(c):
     with pytest.raises(StoreError) as e:
         c.end_transaction("garbage", "commit")
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "transaction_id" in e.value.details
+    # the client refuses that before any call: the store must too (a raw stub, as another client's)
+    stub = pbg.MessageStoreStub(c.channel(c.endpoints[0]))
+    with pytest.raises(grpc.RpcError) as raw:
+        stub.EndTransaction(pb.EndTransactionRequest(transaction_id="garbage", resolution=pb.COMMIT), timeout=10)
+    assert raw.value.code() == grpc.StatusCode.INVALID_ARGUMENT and raw.value.details().startswith("transaction_id: ")
 
 
 def test_the_asyncio_client_commits_and_answers_check_backs(node, c):

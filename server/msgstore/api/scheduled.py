@@ -24,6 +24,7 @@ from ..broker.timer import RecallFailed, TooLate
 from ..broker.transactions import HALF_TOPIC, PROP_PRODUCER_GROUP, PROP_TRANSACTION_PREPARED, is_half, to_half
 from ..record import codec
 from ..store import PutStatus
+from ..store.limits import ResourceLimit
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 
@@ -71,6 +72,11 @@ def schedule_entries(server: Member, msgs: list[codec.Message]) -> dict[int, str
             field = f"entries[{i}].topic" if e.field == "topic" else f"entries[{i}].properties[{e.field!r}]"
             raise v.InvalidArgument(field, e.reason) from None
         broker.ensure_topic_for(msgs[i].topic)
+        if msgs[i].topic != m.topic and server.store.topics.get(m.topic) is None:  # created now, as a send would: a
+            try:  # pull before it is due finds it empty, not missing
+                server.store.create_topic(m.topic, server.queue_count(m.topic))
+            except ResourceLimit:
+                pass  # (created, or refused by name, when it is due)
         if handle is not None:
             handles[i] = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode()
     return handles

@@ -16,6 +16,7 @@ it replicates and survives a restart like the message it cancels.
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import json
 import logging
@@ -206,7 +207,8 @@ class TimerService(ProgressFile):
         the marker's put, for a caller that waits for followers to hold it."""
         with self.lock:
             if handle.deliver_ms <= now_ms():  # (read under the lock: a delivery cannot slip in between)
-                raise TooLate(f"its delivery time ({handle.deliver_ms}) has come")
+                when = datetime.datetime.fromtimestamp(handle.deliver_ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+                raise TooLate(f"its delivery time ({when}) has come")
             self.recalled[handle.uniq_key] = handle.deliver_ms
             marker = Message(
                 TIMER_TOPIC,

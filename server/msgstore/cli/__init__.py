@@ -7,6 +7,7 @@ the flags.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 
@@ -16,13 +17,25 @@ from .parser import build_parser
 __all__ = ["build_parser", "group_report", "main"]
 
 
+def _negative_values(argv: list[str]) -> list[str]:
+    """``--delay -5s`` as ``--delay=-5s``: argparse takes ``-5s`` for an option and says
+    'expected one argument'; the flag's own check then names what is wrong with it."""
+    out: list[str] = []
+    for tok in argv:
+        if out and re.match(r"^-\d", tok) and out[-1].startswith("--") and "=" not in out[-1] and out[-1] != "--":
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `msgstore pull ... | head` ends quietly
     from .parser import _Parser
 
-    argv = list(argv) if argv is not None else sys.argv[1:]
+    argv = _negative_values(list(argv) if argv is not None else sys.argv[1:])
     _Parser.json_errors = "--json" in argv  # (a usage error comes before --json is parsed)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -58,6 +58,8 @@ def cmd_admin(args) -> int:
         _print_configs(results)
     else:
         for r in results:
+            if "error" in r:
+                continue  # (said once, below)
             print(
                 f"{r['node']}: "
                 + ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in r.items() if k != "node")

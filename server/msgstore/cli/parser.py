@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from .. import __version__
 from .admin import cmd_admin
 from .common import DEFAULT_SERVER
 from .groups import cmd_groups
@@ -123,13 +124,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _at_least(least: int):
+    return _between(least, None)
+
+
+def _between(least: int, most: int | None):
+    """An argparse type: a whole number from ``least`` (to ``most``), named in the refusal
+    (``receive --max 0`` printed 'no messages' and exited 0)."""
+
     def parse(text: str) -> int:
         try:
             n = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if n < least:
-            raise argparse.ArgumentTypeError(f"must be {least} or more, got {n}")
+        if n < least or (most is not None and n > most):
+            raise argparse.ArgumentTypeError(f"must be {least} or more, got {n}" if most is None else f"must be {least} to {most}, got {n}")
         return n
 
     return parse
@@ -173,6 +181,7 @@ def _failover_after(text: str) -> float | None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="msgstore", description="The msgstore command: run a store, talk to one, or look at a directory offline.")
     parser.set_defaults(json=False)
+    parser.add_argument("--version", action="version", version=f"msgstore {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("serve", help="run a store node")
@@ -279,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("receive", help="receive messages for a group, each invisible to it until acknowledged or its time is up")
     s.add_argument("group")
     s.add_argument("topic")
-    s.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
+    s.add_argument("--max", type=_between(1, 1000), default=32, help="at most this many messages, 1 to 1000 (default 32)")
     s.add_argument("--invisible", type=_duration, default=30.0, metavar="DURATION", help="invisible to the group this long (default 30s)")
     s.add_argument("--wait", type=_duration, default=0.0, metavar="DURATION", help="wait this long for a first message")
     s.add_argument("--tags", help="only messages with these tags ('a || b')")
@@ -296,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("dlq", help="a group's dead letters (%%DLQ%%GROUP): list them, or resend them to their original topics")
     s.add_argument("group")
     s.add_argument("--resend", action="store_true", help="send each to its original topic (once: the group's position moves past it)")
-    s.add_argument("--max", type=int, default=1000, help="at most this many per node (default 1000)")
+    s.add_argument("--max", type=_between(1, 100_000), default=1000, help="at most this many per node (default 1000)")
     _connection_options(s)
     s.set_defaults(fn=cmd_dlq)
 
@@ -311,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--node", help="one node")
     s.add_argument("--from", dest="start", help="earliest | latest | OFFSET | ISO time (default: earliest, or where --group left off)")
     s.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages")
-    s.add_argument("--max", type=int, default=100, help="stop after this many messages (default 100; --follow has no limit)")
+    s.add_argument(
+        "--max", type=_between(1, 10_000_000), default=100, help="stop after this many messages (default 100; --follow has no limit)"
+    )
     s.add_argument("--tag-filter", help="'TagA || TagB'")
     s.add_argument("--group", help="commit progress as this consumer group")
     _connection_options(s)
@@ -320,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("query", help="find messages by key")
     s.add_argument("topic")
     s.add_argument("--key", required=True)
-    s.add_argument("--max", type=int, default=32, help="at most this many messages (default 32)")
+    s.add_argument("--max", type=_between(1, 64 * 1024), default=32, help="at most this many messages (default 32)")
     _connection_options(s)
     s.set_defaults(fn=cmd_query)
 
