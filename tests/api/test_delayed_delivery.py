@@ -139,6 +139,22 @@ def test_system_topics_cannot_be_sent_to_directly(c):
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "system topic" in e.value.details
 
 
+def test_a_recall_cancels_its_topics_copies_only(c):
+    """Keyed by topic and UNIQ_KEY, as RocketMQ's delete key: the same id on another topic is
+    another message (it was cancelled instead), and both stored copies of a retried send are
+    recalled (only one was)."""
+    c.create_topic("other", 1)
+    at = time.time() + 1.5
+    a = c.send("orders", b"a", uniq_key="SAME-ID", deliver_at=at)
+    c.send("other", b"b", uniq_key="SAME-ID", deliver_at=at)
+    c.send("orders", b"a-copy", uniq_key="SAME-ID", deliver_at=at)  # a producer's retry: a second copy stored
+    c.send("orders", b"sentinel", deliver_at=at + 0.3)
+    c.recall(a)
+    wait_until(lambda: b"sentinel" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the sentinel, due after them")
+    assert bodies(c, "other") == [b"b"]
+    assert set(bodies(c, "orders", 0) + bodies(c, "orders", 1)) == {b"sentinel"}
+
+
 def test_a_recall_holds_across_a_restart(servers):
     node = servers("recall-restart")
     with Client(node.address, timeout=10) as c:

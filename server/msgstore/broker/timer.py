@@ -67,7 +67,10 @@ class TimerService(ProgressFile):
         self.done = DoneOffsets()
         self.heap: list[int] = []
         self.read_offset = 0  # the next queue offset to take into the heap
-        self.recalled: dict[str, int] = {}  # UNIQ_KEY → deliver ms, for markers not yet matched
+        # (topic, UNIQ_KEY) → deliver ms of each recall, kept RECALL_KEPT_MS past it: every copy of
+        # that message on that topic is cancelled (a retried send stores two), and the same id
+        # on another topic is another message (RocketMQ's delete key: topic + UNIQ_KEY)
+        self.recalled: dict[tuple[str, str], int] = {}
         self.dirty = False
         self.delivered = 0
 
@@ -106,7 +109,7 @@ class TimerService(ProgressFile):
                     props = m.properties
                     uniq = props.get(PROP_TIMER_DEL_UNIQKEY)
                     if uniq is not None:  # a recall (learnt again after every reload): nothing of its own to deliver
-                        self.recalled[uniq] = _int(props.get(PROP_TIMER_DELIVER_MS))
+                        self.recalled[(props.get(PROP_REAL_TOPIC, ""), uniq)] = _int(props.get(PROP_TIMER_DELIVER_MS))
                         self._finish(off)
                         continue
                     if off in self.done:
@@ -184,7 +187,7 @@ class TimerService(ProgressFile):
                 out.append((entry, None))
                 continue
             with self.lock:
-                recalled = self.recalled.pop(m.properties.get(PROP_UNIQ_KEY, ""), None) is not None
+                recalled = (m.properties.get(PROP_REAL_TOPIC, ""), m.properties.get(PROP_UNIQ_KEY, "")) in self.recalled
             out.append((entry, None if recalled else restored(m, {PROP_TIMER_OUT_MS: str(entry // SHIFT)})))
         messages = [r for _e, r in out if r is not None]
         done = iter(deliver(store, messages))
@@ -209,7 +212,8 @@ class TimerService(ProgressFile):
             if handle.deliver_ms <= now_ms():  # (read under the lock: a delivery cannot slip in between)
                 when = datetime.datetime.fromtimestamp(handle.deliver_ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
                 raise TooLate(f"its delivery time ({when}) has come")
-            self.recalled[handle.uniq_key] = handle.deliver_ms
+            key = (handle.topic, handle.uniq_key)
+            self.recalled[key] = handle.deliver_ms
             marker = Message(
                 TIMER_TOPIC,
                 b"",
@@ -224,7 +228,7 @@ class TimerService(ProgressFile):
             ensure_topic(self.store, TIMER_TOPIC, 1)
             res = self.store.put_messages(TIMER_TOPIC, 0, [marker])
             if not res.status.stored:
-                self.recalled.pop(handle.uniq_key, None)
+                self.recalled.pop(key, None)
                 raise RecallFailed(f"{res.status.name} {res.reason}")
         if res.status is not PutStatus.PUT_OK:
             log.warning("recall of %s stored but not confirmed: %s", handle.uniq_key, res.status.name)
