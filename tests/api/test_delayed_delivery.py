@@ -155,6 +155,31 @@ def test_a_recall_cancels_its_topics_copies_only(c):
     assert set(bodies(c, "orders", 0) + bodies(c, "orders", 1)) == {b"sentinel"}
 
 
+def test_a_delayed_send_names_where_and_as_what_it_will_be_delivered(c, node):
+    """It reported the system topic's queue, offset and offset id (a level past the last even
+    showed queue 17 of a 2-queue topic), and querying that id found nothing (issue 33.10)."""
+    level = c.send("orders", b"by-level", delay_level=99)
+    timed = c.send("orders", b"by-time", delay=0.5)
+    for r in (level, timed):
+        assert r.ok and r.topic == "orders" and 0 <= r.queue_id < 2 and r.queue_offset == -1
+        assert len(r.message_id) == 32  # the UNIQ_KEY it is delivered with
+    assert timed.recall_handle and not level.recall_handle
+    for r, body in ((level, b"by-level"), (timed, b"by-time")):
+        wait_until(lambda r=r: c.query("orders", r.message_id), timeout=15, what=f"{body!r} delivered and found by its id")
+        ((_node, found),) = c.query("orders", r.message_id)
+        assert found.body == body and found.queue_id == r.queue_id
+    out = subprocess.run(
+        [sys.executable, "-m", "msgstore.cli", "--json", "send", "orders", "x", "--delay-level", "99", "--server", node.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server")),
+    )
+    row = json.loads(out.stdout)
+    assert row["topic"] == "orders" and row["queue"] < 2 and "offset" not in row and len(row["message_id"]) == 32
+
+
 def test_a_recall_holds_across_a_restart(servers):
     node = servers("recall-restart")
     with Client(node.address, timeout=10) as c:

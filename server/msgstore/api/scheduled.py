@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import grpc
@@ -52,10 +52,22 @@ def _check_destination(server: Member, m: codec.Message, i: int) -> None:
         raise v.InvalidArgument(f"entries[{i}].queue_id", f"{m.queue_id} is out of range: topic {m.topic} has {limit} queues")
 
 
-def schedule_entries(server: Member, msgs: list[codec.Message]) -> dict[int, str]:
-    """Move every message that asks for a delay to its system topic (in place); the recall
-    handles of timer messages by entry index. Raises InvalidArgument naming the field."""
-    handles: dict[int, str] = {}
+@dataclass(frozen=True)
+class Scheduled:
+    """What a delayed entry's send result says: where it will be delivered, the id it will
+    carry there (its UNIQ_KEY), and a timer message's recall handle."""
+
+    topic: str
+    queue_id: int
+    uniq_key: str
+    recall_handle: str = ""
+
+
+def schedule_entries(server: Member, msgs: list[codec.Message]) -> dict[int, str | Scheduled]:
+    """Move every message that asks for a delay to its system topic (in place): by entry
+    index, a half message's transaction handle, or where a delayed one goes (and a timer
+    message's recall handle). Raises InvalidArgument naming the field."""
+    handles: dict[int, str | Scheduled] = {}
     for i, m in enumerate(msgs):
         if is_half(m):
             handles[i] = TRANSACTION_PREFIX + _half(server, msgs, i)
@@ -77,8 +89,9 @@ def schedule_entries(server: Member, msgs: list[codec.Message]) -> dict[int, str
                 server.store.create_topic(m.topic, server.queue_count(m.topic))
             except ResourceLimit:
                 pass  # (created, or refused by name, when it is due)
-        if handle is not None:
-            handles[i] = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode()
+        recall = replace(handle, group=server.replica.group if server.replica is not None else server.node_name).encode() if handle else ""
+        if msgs[i].topic != m.topic:  # (a level of 0 or a time already past: an ordinary message)
+            handles[i] = Scheduled(m.topic, m.queue_id, msgs[i].properties.get(PROP_UNIQ_KEY, ""), recall)
     return handles
 
 

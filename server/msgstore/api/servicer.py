@@ -25,7 +25,7 @@ from .pop_service import PopHandlers
 from .pull_queues import WAITABLE, PullQueuesHandlers
 from .relay import NOT_DONE
 from .route import DuplicateNodeName
-from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, schedule_entries
+from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, Scheduled, schedule_entries
 from .transaction_service import TransactionHandlers
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class Accepted:
     visible: bool
     started: float
     replicate: bool = False  # a SYNC master: answer once enough followers hold it
-    handles: dict[int, str] | None = None  # recall handles of timer messages, by entry index
+    handles: dict[int, str | Scheduled] | None = None  # by entry index: transaction ids, where delayed entries go
     appended: bool = True  # False: refused before anything was appended (fenced, deposed)
 
     @property
@@ -293,10 +293,11 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         results = self._results(a.groups, outcomes, a.n)
         for i, handle in (a.handles or {}).items():
             if results[i].status == pb.PUT_OK or results[i].message_id:
-                if handle.startswith(TRANSACTION_PREFIX):
+                if isinstance(handle, Scheduled):  # named by where and as what it will be delivered, not by its system topic
+                    results[i].topic, results[i].queue_id, results[i].queue_offset = handle.topic, handle.queue_id, -1
+                    results[i].message_id, results[i].recall_handle = handle.uniq_key, handle.recall_handle
+                elif handle.startswith(TRANSACTION_PREFIX):
                     results[i].transaction_id = handle[len(TRANSACTION_PREFIX) :]
-                else:
-                    results[i].recall_handle = handle
         return pb.SendResponse(results=results, node=self.server.node_name, request_id=a.request_id)
 
     @staticmethod
@@ -312,7 +313,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     results[i] = pb.SendResult(status=status, queue_id=qid, error=_error_text(res))
         return results  # type: ignore[return-value]
 
-    def _prepare_parsed(self, request: pb.SendRequest, born: bytes) -> tuple[list, int, dict[int, str]]:
+    def _prepare_parsed(self, request: pb.SendRequest, born: bytes) -> tuple[list, int, dict[int, str | Scheduled]]:
         """The protobuf path: validate each entry (a delayed one goes to its system topic),
         then encode one batch per (topic, queue); the recall handles of timer messages."""
         n = len(request.entries)

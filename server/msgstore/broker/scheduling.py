@@ -116,5 +116,6 @@ class Scheduler:
             return replace(msg, properties=props)
         levels = self.settings().delay_levels_ms
         level = min(level, len(levels))
-        props.update({PROP_DELAY: str(level), PROP_REAL_TOPIC: msg.topic, PROP_REAL_QID: str(msg.queue_id)})
+        uniq = props.get(PROP_UNIQ_KEY) or uuid.uuid4().hex.upper()  # (the id its send result names)
+        props.update({PROP_DELAY: str(level), PROP_REAL_TOPIC: msg.topic, PROP_REAL_QID: str(msg.queue_id), PROP_UNIQ_KEY: uniq})
         return replace(msg, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props)

@@ -71,6 +71,9 @@ def cmd_send(args) -> int:
         "offset": res.queue_offset,
         "commitlog_offset": res.commitlog_offset,
     }
+    if res.topic:  # delayed: where, and under which id, it will be delivered (its offset is known then)
+        row.update(topic=res.topic, delivered_as="UNIQ_KEY")
+        del row["offset"], row["commitlog_offset"]
     if res.recall_handle:
         row["recall_handle"] = res.recall_handle
     if res.error:

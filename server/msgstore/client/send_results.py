@@ -27,6 +27,7 @@ class SendResult:
     address: str = ""  # the member that answered (a replica group's master at the time)
     recall_handle: str = ""  # a message with a delivery time: what recall() takes to cancel it
     transaction_id: str = ""  # a transactional half message: what commit/rollback take
+    topic: str = ""  # a delayed or timed message: where it will be delivered (message_id: its UNIQ_KEY there)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,7 @@ def send_result(r: pb.SendResult, node: str, address: str = "") -> SendResult:
         address,
         r.recall_handle,
         r.transaction_id,
+        r.topic,
     )
 
 

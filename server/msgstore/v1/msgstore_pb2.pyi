@@ -271,7 +271,7 @@ class SendRequest(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[SendEntry, _Mapping]]] = ..., wait_flush: _Optional[bool] = ..., wait_visible: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendResult(_message.Message):
-    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error", "recall_handle", "transaction_id")
+    __slots__ = ("status", "message_id", "queue_id", "queue_offset", "commitlog_offset", "error", "recall_handle", "transaction_id", "topic")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +280,7 @@ class SendResult(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
     status: SendStatus
     message_id: str
     queue_id: int
@@ -288,7 +289,8 @@ class SendResult(_message.Message):
     error: str
     recall_handle: str
     transaction_id: str
-    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ..., recall_handle: _Optional[str] = ..., transaction_id: _Optional[str] = ...) -> None: ...
+    topic: str
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., error: _Optional[str] = ..., recall_handle: _Optional[str] = ..., transaction_id: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results", "node", "request_id", "error_code", "error_message")
