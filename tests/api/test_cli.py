@@ -216,3 +216,27 @@ def test_a_late_recall_names_the_time_not_epoch_ms(server):
             break
     err = r.stderr.decode()
     assert "too late to recall" in err and re.search(r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00\) has come", err), err
+
+
+def test_pull_query_and_receive_show_rocketmqs_message_id_beside_ours(server):
+    """An official client's send is known by its UNIQ_KEY (0102FC...); the CLI printed only
+    the offset id (issue 33.11)."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    s = ["--server", server.address]
+    run("topics", "create", "rmq", "--queues", "1", *s)
+    producer = Producer(ClientConfiguration(server.address, Credentials()), ("rmq",))
+    producer.startup()
+    try:
+        m = Message()
+        m.topic, m.body = "rmq", b"official"
+        m.keys = "order-1"
+        sent = producer.send(m)
+    finally:
+        producer.shutdown()
+    (pulled,) = [json.loads(line) for line in run("--json", "pull", "rmq", *s).stdout.decode().splitlines()]
+    assert pulled["uniq_key"] == sent.message_id and pulled["msg_id"] and pulled["msg_id"] != sent.message_id
+    (found,) = json.loads(run("--json", "query", "rmq", "--key", sent.message_id, *s).stdout)
+    assert found["uniq_key"] == sent.message_id
+    (got,) = json.loads(run("--json", "receive", "g", "rmq", *s).stdout)
+    assert got["uniq_key"] == sent.message_id

@@ -86,12 +86,18 @@ def store_settings(args) -> dict[str, Any]:
     return out
 
 
+def uniq_key(m) -> str:
+    """RocketMQ's message id (what its clients print and look up), beside our offset id."""
+    return (m.properties or {}).get("UNIQ_KEY", "")
+
+
 def message_row(node: str, m) -> dict[str, Any]:
     return {
         "node": node,
         "queue": m.queue_id,
         "offset": m.queue_offset,
         "msg_id": m.msg_id,
+        "uniq_key": uniq_key(m),
         "tags": m.tags or "",
         "keys": " ".join(m.user_keys),
         "store_time": format_ms(m.store_timestamp),

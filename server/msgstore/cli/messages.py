@@ -9,7 +9,7 @@ from typing import Any
 
 from ..output import body_text as _body_text
 from ..output import emit as _emit
-from .common import MessagePrinter, error, format_ms, message_row, note, notice, open_client, partial
+from .common import MessagePrinter, error, format_ms, message_row, note, notice, open_client, partial, uniq_key
 
 
 def cmd_send(args) -> int:
@@ -221,6 +221,7 @@ def cmd_query(args) -> int:
             "queue": m.queue_id,
             "offset": m.queue_offset,
             "msg_id": m.msg_id,
+            "uniq_key": uniq_key(m),
             "tags": m.tags,
             "keys": " ".join(m.keys),
             "store_time": format_ms(m.store_timestamp),

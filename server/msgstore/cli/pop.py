@@ -6,7 +6,7 @@ import sys
 
 from ..output import body_text as _body_text
 from ..output import emit as _emit
-from .common import error, open_client
+from .common import error, open_client, uniq_key
 
 COLUMNS = ["topic", "attempt", "body", "receipt"]
 
@@ -20,6 +20,7 @@ def cmd_receive(args) -> int:
             "queue": str(r.queue),
             "offset": r.queue_offset,
             "msg_id": r.msg_id,
+            "uniq_key": uniq_key(r),
             "attempt": r.attempt,
             "invisible_until_ms": r.invisible_until_ms,
             "body": _body_text(r.body),
