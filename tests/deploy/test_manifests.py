@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -346,3 +347,21 @@ def test_crd_and_values_schema_follow_the_settings_table():
             config.StoreConfig({key: bad})
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, store["properties"][key])
+
+
+def notes(tmp_path, *values: str) -> str:
+    """The chart's NOTES as `helm install` prints them (helm template leaves NOTES.txt out: it
+    is rendered here from a copy of the chart where it is an ordinary template)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart, dirs_exist_ok=True)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "templates" / "notes.yaml")
+    out = helm("template", "t", str(chart), "--show-only", "templates/notes.yaml", "--debug", *values, check=False)
+    return out.stdout.split("# Source: msgstore/templates/notes.yaml", 1)[1]
+
+
+def test_the_notes_say_the_default_image_must_be_built_and_pushed(tmp_path):
+    """The default image exists nowhere (issue 33.15): the NOTES say so, and what to set."""
+    default = notes(tmp_path)
+    assert "is not published yet" in default and "make image" in default and "image.repository" in default
+    own = notes(tmp_path, "--set", "image.registry=registry.example.com", "--set-string", "image.tag=0.1.0")
+    assert "not published" not in own and "is installed" in own
