@@ -54,8 +54,8 @@ def cmd_dlq(args) -> int:
         rows, resent = [], 0
         for node in route.nodes:
             q = QueueRef(node.name, node.address, 0)
-            start = max(c.committed(args.group, dlq, q), 0) if args.resend else 0
-            got = c.pull(dlq, q, start, max_messages=args.max)
+            done = max(c.committed(args.group, dlq, q), 0)  # resent below this (the group's position in its DLQ)
+            got = c.pull(dlq, q, done if args.resend else 0, max_messages=args.max)
             for m in got.messages:
                 origin = m.properties.get("DLQ_ORIGIN_TOPIC", "")
                 rows.append(
@@ -64,6 +64,7 @@ def cmd_dlq(args) -> int:
                         "origin_msg_id": m.properties.get("DLQ_ORIGIN_MESSAGE_ID", ""),
                         "deliveries": m.reconsume_times,
                         "offset": m.queue_offset,
+                        "resent": m.queue_offset < done,
                         "body": _body_text(m.body),
                     }
                 )
@@ -75,11 +76,12 @@ def cmd_dlq(args) -> int:
                         error(args, f"resending {m.queue_offset} to {origin}: {res.status} {res.error}")
                         return 1
                     c.commit(args.group, dlq, q, m.queue_offset + 1)
+                    rows[-1]["resent"] = True
                     resent += 1
     if args.resend and not args.json:
         print(f"resent {resent} message(s) to their original topics", file=sys.stderr)
     if not rows and not args.json:
         print("no dead letters", file=sys.stderr)
         return 0
-    _emit(args, rows, ["origin_topic", "deliveries", "offset", "body", "origin_msg_id"])
+    _emit(args, rows, ["origin_topic", "deliveries", "offset", "resent", "body", "origin_msg_id"])
     return 0
