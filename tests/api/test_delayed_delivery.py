@@ -180,6 +180,15 @@ def test_a_delayed_send_names_where_and_as_what_it_will_be_delivered(c, node):
     assert row["topic"] == "orders" and row["queue"] < 2 and "offset" not in row and len(row["message_id"]) == 32
 
 
+def test_a_message_sent_again_after_its_recall_is_delivered(c):
+    """A reschedule: recall, then send the same id for another time. The recall cancels what was
+    stored before it only (it cancelled the new message too)."""
+    first = c.send("orders", b"old time", uniq_key="RESCHEDULED", deliver_at=time.time() + 30)
+    c.recall(first)
+    c.send("orders", b"new time", uniq_key="RESCHEDULED", delay=0.3)
+    wait_until(lambda: b"new time" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the rescheduled message")
+
+
 def test_a_recall_holds_across_a_restart(servers):
     node = servers("recall-restart")
     with Client(node.address, timeout=10) as c:

@@ -82,6 +82,33 @@ def test_a_nack_waits_the_groups_backoff_once(c):
     assert again[0].attempt == 2
 
 
+def test_a_changed_invisibility_is_the_only_wait_before_it_comes_back(c):
+    """A push consumer's nack sets the invisibility to its client's backoff: that is the wait,
+    the group's (60 s here) is not added after it (it was: it waited twice)."""
+    c.update_group("g", backoff=[60])
+    send(c, 1)
+    (got,) = c.receive("g", "work", 10, invisible=30)
+    t0 = time.monotonic()
+    c.change_invisible("g", "work", got, 0.5)
+    again: list = []
+    wait_until(lambda: again.extend(c.receive("g", "work", 10, invisible=5)) or again, timeout=15, what="the redelivery")
+    assert time.monotonic() - t0 >= 0.45 and again[0].attempt == 2
+
+
+def test_a_nack_of_the_last_delivery_sets_it_aside_at_once(c):
+    """Not after the group's backoff (60 s): nothing comes of that wait but the DLQ."""
+    c.update_group("g", max_deliveries=1, backoff=[60])
+    send(c, 1)
+    (got,) = c.receive("g", "work", 10, invisible=30)
+    c.nack("g", "work", got)
+    dlq = "%DLQ%g"
+    wait_until(
+        lambda: dlq in c.topics() and c.pull(dlq, c.route(dlq, refresh=True).queues[0], 0).messages,
+        timeout=15,
+        what="the dead letter",
+    )
+
+
 def test_after_the_maximum_deliveries_it_is_a_dead_letter(c, server):
     c.update_group("g", max_deliveries=2, backoff=[0.1])
     send(c, 1, "doomed")

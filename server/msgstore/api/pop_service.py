@@ -168,7 +168,9 @@ class PopHandlers:
         assert broker is not None
         invisible = request.invisible_ms
         if invisible == 0:  # a nack: back after the group's backoff for this delivery (the only wait it gets)
-            invisible = RetryPolicy.of_group(self.server.store.groups.groups.get(group)).backoff_ms(receipt.attempt)
+            policy = RetryPolicy.of_group(self.server.store.groups.groups.get(group))
+            # (its last delivery: to the DLQ at once, not after a backoff that leads nowhere)
+            invisible = policy.backoff_ms(receipt.attempt) if receipt.attempt < policy.max_deliveries else 0
         try:
             handle, until = await asyncio.get_running_loop().run_in_executor(
                 self.server.executor, broker.pop.change_invisible, receipt, invisible, self.server.store.clock.now_ms()

@@ -67,10 +67,12 @@ class TimerService(ProgressFile):
         self.done = DoneOffsets()
         self.heap: list[int] = []
         self.read_offset = 0  # the next queue offset to take into the heap
-        # (topic, UNIQ_KEY) → deliver ms of each recall, kept RECALL_KEPT_MS past it: every copy of
-        # that message on that topic is cancelled (a retried send stores two), and the same id
-        # on another topic is another message (RocketMQ's delete key: topic + UNIQ_KEY)
-        self.recalled: dict[tuple[str, str], int] = {}
+        # (topic, UNIQ_KEY) → (deliver ms, the marker's queue offset) of each recall, kept
+        # RECALL_KEPT_MS past its time: every copy of that message on that topic stored before the
+        # marker is cancelled (a retried send stores two), a message sent after it with the same id
+        # is not (a reschedule), and the same id on another topic is another message (RocketMQ's
+        # delete key: topic + UNIQ_KEY)
+        self.recalled: dict[tuple[str, str], tuple[int, int]] = {}
         self.dirty = False
         self.delivered = 0
 
@@ -109,7 +111,7 @@ class TimerService(ProgressFile):
                     props = m.properties
                     uniq = props.get(PROP_TIMER_DEL_UNIQKEY)
                     if uniq is not None:  # a recall (learnt again after every reload): nothing of its own to deliver
-                        self.recalled[(props.get(PROP_REAL_TOPIC, ""), uniq)] = _int(props.get(PROP_TIMER_DELIVER_MS))
+                        self.recalled[(props.get(PROP_REAL_TOPIC, ""), uniq)] = (_int(props.get(PROP_TIMER_DELIVER_MS)), off)
                         self._finish(off)
                         continue
                     if off in self.done:
@@ -144,7 +146,7 @@ class TimerService(ProgressFile):
             if not delivered:
                 return 1000
         with self.lock:
-            stale = [k for k, at in self.recalled.items() if at < now_ms - RECALL_KEPT_MS]
+            stale = [k for k, (at, _marker) in self.recalled.items() if at < now_ms - RECALL_KEPT_MS]
             for k in stale:  # recalls that matched nothing (their message was delivered, or never existed)
                 del self.recalled[k]
             if not self.heap:
@@ -187,7 +189,8 @@ class TimerService(ProgressFile):
                 out.append((entry, None))
                 continue
             with self.lock:
-                recalled = (m.properties.get(PROP_REAL_TOPIC, ""), m.properties.get(PROP_UNIQ_KEY, "")) in self.recalled
+                marker = self.recalled.get((m.properties.get(PROP_REAL_TOPIC, ""), m.properties.get(PROP_UNIQ_KEY, "")))
+                recalled = marker is not None and off < marker[1]  # (stored before the recall)
             out.append((entry, None if recalled else restored(m, {PROP_TIMER_OUT_MS: str(entry // SHIFT)})))
         messages = [r for _e, r in out if r is not None]
         done = iter(deliver(store, messages))
@@ -213,7 +216,7 @@ class TimerService(ProgressFile):
                 when = datetime.datetime.fromtimestamp(handle.deliver_ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
                 raise TooLate(f"its delivery time ({when}) has come")
             key = (handle.topic, handle.uniq_key)
-            self.recalled[key] = handle.deliver_ms
+            self.recalled[key] = (handle.deliver_ms, 1 << 62)  # (its offset once stored: below)
             marker = Message(
                 TIMER_TOPIC,
                 b"",
@@ -230,6 +233,7 @@ class TimerService(ProgressFile):
             if not res.status.stored:
                 self.recalled.pop(key, None)
                 raise RecallFailed(f"{res.status.name} {res.reason}")
+            self.recalled[key] = (handle.deliver_ms, res.queue_offset)
         if res.status is not PutStatus.PUT_OK:
             log.warning("recall of %s stored but not confirmed: %s", handle.uniq_key, res.status.name)
         return res
