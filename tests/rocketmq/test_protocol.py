@@ -165,6 +165,23 @@ def test_an_acked_receipt_cannot_be_acked_again(stub):
     assert change.status.code == d.INVALID_RECEIPT_HANDLE, change.status
 
 
+def test_a_change_of_invisibility_to_zero_makes_it_visible_now(stub):
+    """As RocketMQ's: not after the group's backoff (10 s by default here; the test waits 5 s)."""
+    assert send(stub, msg()).status.code == d.OK
+    req = s.ReceiveMessageRequest(
+        group=res("now"), message_queue=d.MessageQueue(topic=res("t")), batch_size=1, invisible_duration=Duration(seconds=30)
+    )
+    st, got, _ = stream_status(stub.ReceiveMessage(req, timeout=10))
+    assert st.code == d.OK and len(got) == 1
+    zero = s.ChangeInvisibleDurationRequest(
+        group=res("now"), topic=res("t"), receipt_handle=got[0].system_properties.receipt_handle, invisible_duration=Duration()
+    )
+    assert stub.ChangeInvisibleDuration(zero, timeout=10).status.code == d.OK
+    again: list = []
+    wait_until(lambda: again.extend(stream_status(stub.ReceiveMessage(req, timeout=10))[1]) or again, timeout=5, what="it back now")
+    assert again[0].system_properties.delivery_attempt == 2
+
+
 def test_the_offset_based_consumer(stub, server):
     with Client(server.address, timeout=10) as ours:
         ours.create_topic("ledger", 1)

@@ -534,8 +534,8 @@ class MessagingService:
             return forwarded
         try:
             async with self.renewals.using([request.receipt_handle]) as (current,):
-                got = await self.data.ChangeInvisible(
-                    pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=current, invisible_ms=invisible),
+                got = await self.data.ChangeInvisible(  # 0 is 'visible now' here, as RocketMQ's (v1's 0 is a nack)
+                    pb.ChangeInvisibleRequest(group=group, topic=topic, receipt_handle=current, invisible_ms=max(invisible, 1)),
                     CallContext(context),
                 )
         except v.InvalidArgument as e:
