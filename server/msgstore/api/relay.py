@@ -48,22 +48,6 @@ DEFAULT_TIMEOUT_S = 30.0  # a call without a deadline
 MASTER_POLL_S = 0.2
 MASTER_CACHE_S = 0.5
 UNKNOWN_GRACE_S = 2.0  # a group no route names yet: looked for this long before NOT_FOUND
-# what may be sent again when its master failed with it in flight: reads, a receive (what the dead
-# master handed out comes back after its invisible time) and an ack (taken again, or refused as done)
-REPEATABLE = frozenset(
-    {
-        "Pull",
-        "PullQueues",
-        "Receive",
-        "Ack",
-        "GetQueueOffsets",
-        "GetOffsetByTime",
-        "GetCommittedOffset",
-        "GetMessage",
-        "QueryByKey",
-        "ListTopics",
-    }
-)
 # what only reads what a master holds: served by a master that may not acknowledge now (fenced: its
 # lease or quorum away), as it is when asked directly, instead of waiting for one that may
 READS = frozenset(
@@ -79,6 +63,10 @@ READS = frozenset(
         "ListTopics",
     }
 )
+# what may be sent again when its master failed with it in flight: the unary reads, a receive (what
+# the dead master handed out comes back after its invisible time) and an ack (taken again, or
+# refused as done)
+REPEATABLE = (READS - {"Subscribe"}) | {"Receive", "Ack"}
 NEVER_RELAYED = frozenset({"GetRoute"})  # answered by any node for the whole store
 DATA_SERVICE_NAME = "msgstore.v1.MessageStore"
 
