@@ -7,6 +7,8 @@
   page cache: RssAnon) beyond what it used before they were sent (target ≤ 256 MiB).
 - One consumer receiving and acknowledging (32 at a time) against the same consumer pulling
   and committing the same messages (target: ≥ 0.5x).
+- Timer sends (one message a call) beside a backlog of delay-level messages against the same
+  sends with none pending (issue 33: 30,000 pending made them 11x slower; target ≥ 0.8x).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ DUE_TOGETHER = int(os.environ.get("BENCH_DELAYS_TOGETHER", "10000"))
 HELD = int(os.environ.get("BENCH_DELAYS_HELD", "1000000"))
 BATCH = 500
 POP_MESSAGES = int(os.environ.get("BENCH_POP_MESSAGES", "20000"))
+LEVEL_BACKLOG = int(os.environ.get("BENCH_DELAYS_BACKLOG", "30000"))
+TIMER_SENDS = 1000
 
 
 def rss_anon_mib(pid: int) -> float:
@@ -144,11 +148,41 @@ def receive_vs_pull(address: str) -> list[Measure]:
     ]
 
 
+def timer_sends(c: Client, topic: str, q: QueueRef) -> float:
+    """Timer messages sent one a call (due in an hour): messages per second."""
+    t = time.perf_counter()
+    for _ in range(TIMER_SENDS):
+        assert c.send(topic, b"t" * 100, properties={"TIMER_DELAY_SEC": "3600"}, queue=q).ok
+    return TIMER_SENDS / (time.perf_counter() - t)
+
+
+def timers_beside_levels(address: str) -> list[Measure]:
+    with Client(address, timeout=60) as c:
+        c.create_topic("beside", 8)
+        node = c.route("beside", refresh=True).nodes[0]
+        q = QueueRef(node.name, node.address, 0)
+        alone = timer_sends(c, "beside", q)
+        level = OutMessage(b"l" * 100, properties={"DELAY": "18"})  # (2 h: pending throughout)
+        for start in range(0, LEVEL_BACKLOG, BATCH):
+            assert all(r.ok for r in c.send_batch("beside", [level] * min(BATCH, LEVEL_BACKLOG - start), queue=q))
+        beside = timer_sends(c, "beside", q)
+    return [
+        Measure(f"delays: {TIMER_SENDS:,} timer sends, one a call, nothing else pending", "msg/s", [alone]),
+        Measure(
+            f"delays: the same beside {LEVEL_BACKLOG:,} pending delay-level messages",
+            "msg/s",
+            [beside],
+            "target ≥ 0.8x nothing pending",
+            extra={"ratio": beside / alone},
+        ),
+    ]
+
+
 def run(workdir: str) -> list[Measure]:
     node = Node(os.path.join(workdir, "delays"))
     node.start()
     try:
-        out = due_together(node.address) + receive_vs_pull(node.address) + held(node)
+        out = due_together(node.address) + receive_vs_pull(node.address) + timers_beside_levels(node.address) + held(node)
     finally:
         node.stop(signal.SIGTERM)
     for m in out:

@@ -18,11 +18,14 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 from ..record.codec import Message, StoredMessage
 from ..store import MessageStore
 from ..store.config import StoreConfig
 from ..store.layout import DELAY_OFFSET
 from ..store.metadata import read_json
+from ..store.schedule_units import LEGACY_MAX
 from .delivery import deliver, restored
 from .progress_file import ProgressFile
 from .queue_reading import read_batch
@@ -44,6 +47,8 @@ class DelayLevelService(ProgressFile):
         self.lock = threading.Lock()
         self.dirty = False
         self.delivered = 0
+        self._head_due: dict[int, tuple[int, int]] = {}  # level → (its cursor, when the message there is due)
+        self._levels_seen: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ progress
 
@@ -54,6 +59,7 @@ class DelayLevelService(ProgressFile):
             self.offsets = {int(k): int(v) for k, v in table.items()}
             self._kept = {k: v for k, v in doc.items() if k != "offsetTable"} if isinstance(doc, dict) else {}
             self.dirty = False
+            self._head_due = {}
 
     def state_json(self) -> str:
         with self.lock:
@@ -85,12 +91,25 @@ class DelayLevelService(ProgressFile):
         """Deliver every message due by ``now_ms``; ms until the next one is due (None: none
         waits, or the store refused the delivery: try again soon)."""
         levels = self.settings().delay_levels_ms
+        if levels != self._levels_seen:  # (a due time is corrected by its level's delay)
+            self._head_due.clear()
+            self._levels_seen = levels
         wait: int | None = None
         for level in range(1, len(levels) + 1):
-            left = self._run_level(level, levels[level - 1], now_ms)
+            head = self._head_due.get(level)
+            if head is not None and head[0] == self.offsets.get(level, 0) and head[1] > now_ms:
+                left: int | None = head[1] - now_ms  # (its first pending message is not due: nothing to read)
+            else:
+                self._head_due.pop(level, None)
+                left = self._run_level(level, levels[level - 1], now_ms)
             if left is not None and (wait is None or left < wait):
                 wait = left
         return wait
+
+    def waits_on(self, level: int) -> bool:
+        """The level's first pending message and its due time are known: one stored after it is
+        due later (a level's messages come due in queue order), so its arrival changes nothing."""
+        return level in self._head_due
 
     def _run_level(self, level: int, delay_ms: int, now_ms: int) -> int | None:
         qid = level - 1
@@ -101,8 +120,13 @@ class DelayLevelService(ProgressFile):
                 "delay level %d: messages %d to %d were deleted before their time: not delivered", level, self.offsets.get(level, 0), at - 1
             )
             self._advance(level, at)
-        while at < store.max_offset(SCHEDULE_TOPIC, qid):
-            stored, next_offset = read_batch(store, SCHEDULE_TOPIC, qid, at, BATCH)
+        cq = store.consume_queue(SCHEDULE_TOPIC, qid)
+        while cq is not None and at < cq.max_offset:
+            units = cq.units_array(at, BATCH)
+            wanted, legacy = _due_units(units, delay_ms, now_ms)
+            if wanted == 0:
+                return self._not_due(level, at, int(units["tag"][0]), now_ms)
+            stored, next_offset = read_batch(store, SCHEDULE_TOPIC, qid, at, wanted)
             if not stored:
                 if next_offset <= at:
                     return 1000  # not readable yet (a unit ahead of its record): look again soon
@@ -115,7 +139,16 @@ class DelayLevelService(ProgressFile):
                 self._advance(level, next_offset)
                 at = next_offset
                 continue
-            due = list(itertools.takewhile(lambda m: m.store_timestamp + delay_ms <= now_ms, stored))  # in queue order
+            due = [m for m in stored if m.queue_offset < at + wanted]
+            if not due:  # (the read passed over messages gone: those it returned are not known due)
+                log.error("delay level %d: messages %d to %d are gone before their time: not delivered", level, at, at + wanted - 1)
+                self._advance(level, at + wanted)
+                at += wanted
+                continue
+            if legacy:  # units written before issue 33 hold no due time: the store time says it
+                due = list(itertools.takewhile(lambda m: m.store_timestamp + delay_ms <= now_ms, due))
+                if not due:
+                    return self._not_due(level, at, stored[0].store_timestamp + delay_ms, now_ms)
             out = [(m, restored(m)) for m in due]
             done = deliver(store, [r for _m, r in out if r is not None])
             if not all(done):
@@ -123,17 +156,38 @@ class DelayLevelService(ProgressFile):
                 self._advance(level, at + kept)
                 return 1000
             self.delivered += len(done)
-            at = stored[len(due) - 1].queue_offset + 1 if due else at
+            at = due[-1].queue_offset + 1
             self._advance(level, at)
-            if len(due) < len(stored):
-                return stored[len(due)].store_timestamp + delay_ms - now_ms
         return None
+
+    def _not_due(self, level: int, at: int, due_ms: int, now_ms: int) -> int:
+        """The level's first pending message (at ``at``) is due at ``due_ms``, later than now:
+        remembered, so that nothing of the level is read again before then. ms until then."""
+        self._head_due[level] = (at, due_ms)
+        return due_ms - now_ms
 
     def _advance(self, level: int, offset: int) -> None:
         with self.lock:
             if self.offsets.get(level, 0) != offset:
                 self.offsets[level] = offset
                 self.dirty = True
+
+
+def _due_units(units: np.ndarray, delay_ms: int, now_ms: int) -> tuple[int, bool]:
+    """How many of a level's ``units`` (from its cursor on) are due by the due times they hold,
+    and whether they hold none: then ``(n, True)`` for the run of n units written before issue
+    33, whose messages' store times decide. A due time more than the level's delay away is due
+    now (RocketMQ's ``correctDeliverTimestamp``: the clock went back, or the level was
+    shortened). ``(1, False)`` when no unit is readable there (the read says why)."""
+    if not len(units):
+        return 1, False
+    due_at = units["tag"].astype(np.int64)
+    legacy = due_at <= LEGACY_MAX
+    if legacy[0]:
+        return (len(units) if legacy.all() else int(np.argmin(legacy))), True
+    due_at = np.where(due_at > now_ms + delay_ms, now_ms, due_at)
+    stop = np.flatnonzero((due_at > now_ms) | legacy)
+    return (int(stop[0]) if len(stop) else len(units)), False
 
 
 def _leading_true(out: list[tuple[StoredMessage, Message | None]], done: list[bool]) -> Iterator[bool]:

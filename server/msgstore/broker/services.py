@@ -97,8 +97,14 @@ class BrokerServices:
         elif topic == TIMER_TOPIC:
             ensure_topic(self.store, TIMER_TOPIC, 1)
 
-    def _arrived(self, topic: str, _queue_id: int, _max_offset: int) -> None:
-        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC):  # (the revive log's deadlines are known when written)
+    def _arrived(self, topic: str, queue_id: int, _max_offset: int) -> None:
+        """Wake the loop when a message may come due before it would wake anyway: a delay
+        level's message only when its level had none pending (else one before it is due
+        first: 30,000 pending made each timer send 11x slower, issue 33)."""
+        if topic == SCHEDULE_TOPIC:
+            if not self.levels.waits_on(queue_id + 1):
+                self._wake.set()
+        elif topic in (TIMER_TOPIC, HALF_TOPIC):  # (the revive log's deadlines are known when written)
             self._wake.set()
 
     # ------------------------------------------------------------------ the loop

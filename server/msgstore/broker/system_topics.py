@@ -3,7 +3,8 @@ that records stay byte-compatible with RocketMQ's (docs/store-format.md §15).""
 
 from __future__ import annotations
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # one queue per delay level: queue id = level - 1
+from ..store.schedule_units import SCHEDULE_TOPIC  # one queue per delay level: queue id = level - 1 (its units hold due times)
+
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # messages with a delivery time, one queue
 
 PROP_DELAY = "DELAY"  # delay level, 1-based

@@ -27,6 +27,7 @@ from .index import IndexService
 from .queue_table import QueueTable
 from .results import Unavailable
 from .running_flags import RunningFlags
+from .schedule_units import SCHEDULE_TOPIC, deliver_times
 from .service import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,10 @@ class Dispatcher(ServiceThread):
         if n > 1:
             np.cumsum(sizes[:-1], out=phys[1:])
             phys[1:] += h.phy
-        tags = np.asarray(h.tags_codes, dtype=np.int64)
+        if h.topic == SCHEDULE_TOPIC:  # (a delay level's units hold due times)
+            tags = deliver_times(h.queue_id, np.full(n, h.store_timestamp, dtype=np.int64), self.settings().delay_levels_ms)
+        else:
+            tags = np.asarray(h.tags_codes, dtype=np.int64)
         cq = self.queues.get(h.topic, h.queue_id, create=True)
         assert cq is not None
         if h.count_offsets_all:
@@ -257,10 +261,14 @@ class Dispatcher(ServiceThread):
                 cq = self.queues.get(topic, qid, create=True)
                 assert cq is not None
                 q = cols.queue_offsets[sel]
+                tags = cols.tags_codes
+                if topic == SCHEDULE_TOPIC:  # (a delay level's units hold due times)
+                    tags = np.zeros(len(cols), dtype=np.int64)
+                    tags[sel] = deliver_times(qid, cols.store_timestamps[sel], self.settings().delay_levels_ms)
                 breaks = np.flatnonzero(np.diff(q) != 1) + 1  # runs of consecutive queue offsets
                 for run in np.split(np.arange(len(sel)), breaks):
                     r = sel[run]
-                    cq.put_units(cols.phys[r], cols.sizes[r].astype(np.int64), cols.tags_codes[r], int(q[run[0]]))
+                    cq.put_units(cols.phys[r], cols.sizes[r].astype(np.int64), tags[r], int(q[run[0]]))
                 touched.append((topic, qid, cq))
         if index and len(cols.key_hashes) and self.settings().messageIndexEnable:
             owner = cols.key_owner

@@ -217,7 +217,7 @@ class MessageStore:
             read_json(os.path.join(self.config_dir, DELAY_OFFSET))  # (the broker reads it later: refused here, before serving)
             self.checkpoint = Checkpoint(self.layout.checkpoint_path)
             self.commitlog = CommitLog(self.commitlog_dir, self.config, clock=self.clock, syncer=self.syncer, store_host=self.store_host)
-            self.repairs = UnitRepair(self.commitlog)
+            self.repairs = UnitRepair(self.commitlog, lambda: self.config.delay_levels_ms)
             self.commitlog.load()
             self.queues = QueueTable(
                 self.layout, self.config.cq_file_size, clock=self.clock, syncer=self.syncer, max_open_files=self._queue_file_budget()

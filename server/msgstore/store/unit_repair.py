@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..record import codec
 from .consume_queue import UNIT
+from .schedule_units import SCHEDULE_TOPIC, level_delay_ms
 
 if TYPE_CHECKING:
     from .commitlog import CommitLog
@@ -41,8 +43,9 @@ def record_matches(header: bytes | memoryview, size: int, queue_id: int, queue_o
 
 
 class UnitRepair:
-    def __init__(self, commitlog: CommitLog):
+    def __init__(self, commitlog: CommitLog, delay_levels_ms: Callable[[], Sequence[int]] = lambda: ()):
         self.commitlog = commitlog
+        self.delay_levels_ms = delay_levels_ms  # (a delay level's units hold due times: schedule_units.py)
         self.repaired = 0  # units written again (figures)
         self._lock = threading.Lock()
         self._hopeless: set[tuple[str, int, int]] = set()  # (topic, queue, offset) whose record is not in the log
@@ -118,7 +121,8 @@ class UnitRepair:
                 continue
             d = codec.dispatch_record(raw, 0, pos)
             if d.topic == cq.topic and d.queue_id == cq.queue_id and first <= d.queue_offset < end:
-                out[d.queue_offset] = _UNIT.pack(pos, d.size, d.tags_code)
+                tag = d.store_timestamp + level_delay_ms(d.queue_id, self.delay_levels_ms()) if d.topic == SCHEDULE_TOPIC else d.tags_code
+                out[d.queue_offset] = _UNIT.pack(pos, d.size, tag)
             pos += len(raw)
         assert all(len(u) == UNIT for u in out.values())
         return out
