@@ -7,6 +7,8 @@
   page cache: RssAnon) beyond what it used before they were sent (target ≤ 256 MiB).
 - One consumer receiving and acknowledging (32 at a time) against the same consumer pulling
   and committing the same messages (target: ≥ 0.5x).
+- Reading a queue through a SQL92 selector against the same read through a tag filter, half of
+  the messages matching (issue 33; target ≥ 0.5x).
 - Timer sends (one message a call) beside a backlog of delay-level messages against the same
   sends with none pending (issue 33: 30,000 pending made them 11x slower; target ≥ 0.8x).
 """
@@ -148,6 +150,65 @@ def receive_vs_pull(address: str) -> list[Measure]:
     ]
 
 
+FILTERED = int(os.environ.get("BENCH_FILTERED", "40000"))
+
+
+def read_through(c: Client, q: QueueRef, **how: str) -> tuple[float, int]:
+    """Pull the queue "filtered" from its start to its end: messages looked at per second, and
+    how many were taken."""
+    t = time.perf_counter()
+    offset, taken = 0, 0
+    while offset < FILTERED:
+        got = c.pull("filtered", q, offset, max_messages=256, **how)  # type: ignore[arg-type]
+        taken += len(got.messages)
+        offset = got.next_offset
+    return FILTERED / (time.perf_counter() - t), taken
+
+
+def filters(address: str) -> list[Measure]:
+    with Client(address, timeout=60) as c:
+        c.create_topic("filtered", 1)
+        node = c.route("filtered", refresh=True).nodes[0]
+        q = QueueRef(node.name, node.address, 0)
+        for start in range(0, FILTERED, BATCH):
+            batch = [
+                OutMessage(b"f" * 100, tags=r, properties={"region": r, "amount": str(i)})
+                for i in range(start, min(FILTERED, start + BATCH))
+                for r in ["eu" if i % 2 else "us"]
+            ]
+            assert all(r.ok for r in c.send_batch("filtered", batch, queue=q))
+        rates: dict[str, list[float]] = {"none": [], "tag": [], "sql": [], "sql3": []}
+        for _ in range(3):  # alternately
+            rates["none"].append(read_through(c, q)[0])
+            rate, taken = read_through(c, q, tag_filter="eu")
+            assert taken == FILTERED // 2
+            rates["tag"].append(rate)
+            rate, taken = read_through(c, q, sql="region = 'eu'")
+            assert taken == FILTERED // 2
+            rates["sql"].append(rate)
+            rate, taken = read_through(c, q, sql="region IN ('eu', 'apac') AND amount BETWEEN 0 AND 1000000 AND flag IS NULL")
+            assert taken == FILTERED // 2
+            rates["sql3"].append(rate)
+    tag = statistics.median(rates["tag"])
+    return [
+        Measure(f"filters: pulling {FILTERED:,} messages, no filter", "msg/s looked at", rates["none"]),
+        Measure("filters: the same, tag filter (half match)", "msg/s looked at", rates["tag"]),
+        Measure(
+            "filters: the same, SQL92 region = 'eu' (half match)",
+            "msg/s looked at",
+            rates["sql"],
+            "target ≥ 0.5x tag filter",
+            extra={"ratio": statistics.median(rates["sql"]) / tag},
+        ),
+        Measure(
+            "filters: the same, SQL92 with IN, BETWEEN and IS NULL (half match)",
+            "msg/s looked at",
+            rates["sql3"],
+            extra={"ratio": statistics.median(rates["sql3"]) / tag},
+        ),
+    ]
+
+
 def timer_sends(c: Client, topic: str, q: QueueRef) -> float:
     """Timer messages sent one a call (due in an hour): messages per second."""
     t = time.perf_counter()
@@ -182,7 +243,8 @@ def run(workdir: str) -> list[Measure]:
     node = Node(os.path.join(workdir, "delays"))
     node.start()
     try:
-        out = due_together(node.address) + receive_vs_pull(node.address) + timers_beside_levels(node.address) + held(node)
+        out = due_together(node.address) + receive_vs_pull(node.address) + filters(node.address)
+        out += timers_beside_levels(node.address) + held(node)
     finally:
         node.stop(signal.SIGTERM)
     for m in out:

@@ -159,3 +159,16 @@ def test_a_backlog_is_not_read_again_before_its_first_message_is_due(tmp_path, c
         assert len(delivered(store)) == 350 and reads
     finally:
         store.shutdown()
+
+
+def test_a_clock_gone_back_makes_a_remembered_level_due_as_rocketmq_corrects_it(tmp_path, clock):
+    store = open_store(str(tmp_path / "s"), clock)
+    try:
+        put_level(store, clock, 3, b"held")
+        levels = DelayLevelService(store, lambda: store.config)
+        assert levels.run_due(T0) == 10_000 and levels.waits_on(3)  # remembered: due at T0 + 10 s
+        assert levels.run_due(T0 - 60_000) is None  # the clock went back a minute: more than the level's delay away
+        assert store.wait_dispatched()
+        assert delivered(store) == [b"held"]
+    finally:
+        store.shutdown()

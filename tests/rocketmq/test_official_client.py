@@ -115,6 +115,26 @@ def test_messages_from_our_client_reach_the_official_consumer(server):
             consumer.ack(m)
 
 
+def test_a_sql92_subscription_receives_only_what_it_selects(server):
+    """MessageSelector.bySql's RocketMQ 5 form: a FilterExpression of type SQL92 (issue 33)."""
+    cfg = config(server.address)
+    where = "(TAGS IN ('paid') AND amount > 100) OR region = 'apac'"
+    selecting = SimpleConsumer(cfg, "big-spenders", {"payments": FilterExpression(where, definition_pb2.SQL)}, 2)
+    with started(Producer(cfg, ("payments",))) as producer, started(selecting) as consumer:
+        cases = [("paid", "150", "eu"), ("paid", "99", "eu"), ("open", "500", "eu"), ("open", "1", "apac"), ("paid", "lots", "us")]
+        for i, (tag, amount, region) in enumerate(cases):
+            producer.send(message("payments", b"pay-%d" % i, tag, amount=amount, region=region))
+        got = receive_all(consumer, 2)
+        assert sorted(m.body for m in got) == [b"pay-0", b"pay-3"]
+        for m in got:
+            consumer.ack(m)
+        assert consumer.receive(32, 30) == []
+    bad = SimpleConsumer(cfg, "typos", {"payments": FilterExpression("amount >> 1", definition_pb2.SQL)}, 1)
+    with started(bad) as consumer, pytest.raises(Exception) as e:
+        consumer.receive(1, 30)
+    assert "column 9" in str(e.value), e.value
+
+
 def test_a_message_never_acked_comes_back_with_its_attempt_and_ends_in_the_dlq(server):
     with Client(server.address, timeout=10) as ours:
         ours.update_group("flaky", max_deliveries=3, backoff=[0.1])

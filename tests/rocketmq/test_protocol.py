@@ -120,8 +120,9 @@ def test_bad_receives_acks_and_transactions_get_their_codes(stub):
 
     st = receive()  # neither an invisible duration nor auto_renew
     assert st.code == d.ILLEGAL_INVISIBLE_TIME and st.message.startswith("invisible_duration")
-    st = receive(invisible_duration=Duration(seconds=1), filter_expression=d.FilterExpression(type=d.SQL, expression="a > 1"))
-    assert st.code == d.UNSUPPORTED and "SQL92" in st.message
+    st = receive(invisible_duration=Duration(seconds=1), filter_expression=d.FilterExpression(type=d.SQL, expression="a > 'x'"))
+    assert st.code == d.ILLEGAL_FILTER_EXPRESSION and st.message.startswith("filter_expression.expression"), st
+    assert "column 5" in st.message, st
     st = receive(invisible_duration=Duration(seconds=1), long_polling_timeout=Duration(seconds=3600))
     assert st.code == d.ILLEGAL_POLLING_TIME and st.message.startswith("long_polling_timeout")
     st = receive(group=res("bad group"), invisible_duration=Duration(seconds=1))

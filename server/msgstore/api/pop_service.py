@@ -106,6 +106,7 @@ class PopHandlers:
             err = codec.topic_error(made)
             if err:
                 raise v.InvalidArgument("group", f"with topic {topic} it names {made[:40]}...: {err}")
+        selected = v.check_filter(request.tag_filter, request.sql_filter, self.server.store.config.enablePropertyFilter)
         await self._pop_master(context)
         server = self.server
         pop = server.broker.pop  # type: ignore[union-attr]
@@ -119,7 +120,7 @@ class PopHandlers:
             try:
                 try:
                     got = await loop.run_in_executor(
-                        server.executor, pop.receive, group, topic, n, invisible, store.clock.now_ms(), request.tag_filter or None
+                        server.executor, pop.receive, group, topic, n, invisible, store.clock.now_ms(), selected
                     )
                 except PopUnavailable as e:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing received: {e}")

@@ -44,7 +44,7 @@ class PullQueuesHandlers:
             try:
                 if p.timeout_ms:
                     raise v.InvalidArgument("timeout_ms", "must be 0: the call's timeout_ms waits for all of them")
-                pulls.append((*self._checked_pull(p), p.tag_filter or None, p.raw, p.group))  # type: ignore[attr-defined]
+                pulls.append((*self._checked_pull(p), self._filter_of(p), p.raw, p.group))  # type: ignore[attr-defined]
             except v.InvalidArgument as e:
                 raise v.InvalidArgument(f"pulls[{i}].{e.field}", str(e).partition(": ")[2]) from None
         timeout = v.check_range(request.timeout_ms, "timeout_ms", 0, v.MAX_TIMEOUT_MS) / 1000

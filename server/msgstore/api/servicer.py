@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 from .. import wire
 from ..record import codec
+from ..record.selector import Selector
 from ..store import GetStatus, PutStatus, Unavailable
 from ..store.limits import ResourceLimit
 from ..store.results import GetResult, failed
@@ -428,7 +429,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         await self._readable(context)
         topic, qid, offset, max_msgs, max_bytes = self._checked_pull(request)
         timeout = v.check_range(request.timeout_ms, "timeout_ms", 0, v.MAX_TIMEOUT_MS) / 1000
-        outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, request.tag_filter or None, timeout, request.raw, context)
+        selected = self._filter_of(request)
+        outcome = await self._pull(topic, qid, offset, max_msgs, max_bytes, selected, timeout, request.raw, context)
         return self._with_generation(request.group, outcome.response)
 
     def _checked_pull(self, request: pb.PullRequest) -> tuple[str, int, int, int, int]:
@@ -441,6 +443,10 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         if request.group:
             v.check_group(request.group)
         return topic, qid, offset, max_msgs, max_bytes
+
+    def _filter_of(self, request) -> str | Selector | None:
+        """A read's tag filter or SQL92 selector (request.tag_filter, request.sql_filter)."""
+        return v.check_filter(request.tag_filter, request.sql_filter, self.store.config.enablePropertyFilter)
 
     def _with_generation(self, group: str, response):
         """Members notice a membership change at their next pull: a pull naming its group

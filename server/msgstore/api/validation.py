@@ -11,6 +11,7 @@ from google.protobuf.message import DecodeError
 
 from ..broker.system_topics import is_store_topic
 from ..record import codec
+from ..record.selector import Selector, SelectorError, compile_selector
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 10_000
@@ -35,6 +36,21 @@ class InvalidArgument(ValueError):
     def __init__(self, field: str, reason: str):
         super().__init__(f"{field}: {reason}")
         self.field = field
+
+
+def check_filter(tag_filter: str, sql_filter: str, enabled: bool, field: str = "sql_filter") -> str | Selector | None:
+    """What a read filters by: a tag expression, a compiled SQL92 selector, or None (every
+    message). InvalidArgument naming the field (and the column of a selector's error)."""
+    if not sql_filter:
+        return tag_filter or None
+    if tag_filter.strip() not in ("", "*"):
+        raise InvalidArgument(field, "give a tag filter or a SQL92 selector, not both (a selector can test tags: TAGS IN ('a', 'b'))")
+    if not enabled:
+        raise InvalidArgument(field, "SQL92 selectors are off on this store (enablePropertyFilter is false): filter by tag, or set it")
+    try:
+        return compile_selector(sql_filter)
+    except SelectorError as e:
+        raise InvalidArgument(field, f"not a SQL92 selector: {e}") from None
 
 
 class TopicNotFound(LookupError):

@@ -97,7 +97,7 @@ class DelayLevelService(ProgressFile):
         wait: int | None = None
         for level in range(1, len(levels) + 1):
             head = self._head_due.get(level)
-            if head is not None and head[0] == self.offsets.get(level, 0) and head[1] > now_ms:
+            if head is not None and head[0] == self.offsets.get(level, 0) and now_ms < head[1] <= now_ms + levels[level - 1]:
                 left: int | None = head[1] - now_ms  # (its first pending message is not due: nothing to read)
             else:
                 self._head_due.pop(level, None)
@@ -178,9 +178,9 @@ def _due_units(units: np.ndarray, delay_ms: int, now_ms: int) -> tuple[int, bool
     and whether they hold none: then ``(n, True)`` for the run of n units written before issue
     33, whose messages' store times decide. A due time more than the level's delay away is due
     now (RocketMQ's ``correctDeliverTimestamp``: the clock went back, or the level was
-    shortened). ``(1, False)`` when no unit is readable there (the read says why)."""
+    shortened). ``(1, True)`` when no unit is readable there (the read says why)."""
     if not len(units):
-        return 1, False
+        return 1, True  # (the read repairs the unit or says why: the message's store time decides)
     due_at = units["tag"].astype(np.int64)
     legacy = due_at <= LEGACY_MAX
     if legacy[0]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..record.codec import StoredMessage
+from ..record.selector import Selector
 from ..store import GetStatus, MessageStore
 
 PROP_MESSAGE_GROUP = "__SHARDINGKEY"  # RocketMQ's property for a FIFO message's group
@@ -71,7 +72,7 @@ class FifoQueues:
     # ------------------------------------------------------------------ picking
 
     def pick(
-        self, group: str, topic: str, queue_id: int, n: int, now_ms: int, tag_filter: str | None = None
+        self, group: str, topic: str, queue_id: int, n: int, now_ms: int, tag_filter: str | Selector | None = None
     ) -> list[tuple[StoredMessage, int]]:
         """Up to ``n`` messages (with their delivery number) that may go now: in queue order,
         one per message group, none of a group with an earlier message unfinished. Offsets

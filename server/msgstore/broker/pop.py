@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ..record.codec import Message, StoredMessage
 from ..record.receipt import Receipt
+from ..record.selector import Selector
 from ..store import GetStatus, MessageStore, PutStatus
 from ..store.layout import POP_CHECKPOINT
 from ..store.metadata import read_json
@@ -55,6 +56,7 @@ PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 BATCH = 256
 REVIVE_ROUND = 64  # checkpoints brought back per lock hold
+FILTER_SCAN_ROUNDS = 4  # reads of one queue per receive while a filter passes over everything (800 units each; under the lock)
 RETRY_S = 5  # a checkpoint that could not be brought back is tried again this much later
 PROP_RETRY_GROUP = "RETRY_GROUP"  # ours: the group a retry belongs to (its topic's name may be another group's too)
 
@@ -230,7 +232,7 @@ class PopService(ProgressFile):
     # ------------------------------------------------------------------ receive
 
     def receive(
-        self, group: str, topic: str, max_messages: int, invisible_ms: int, now_ms: int, tag_filter: str | None = None
+        self, group: str, topic: str, max_messages: int, invisible_ms: int, now_ms: int, tag_filter: str | Selector | None = None
     ) -> list[Delivery]:
         """Up to ``max_messages`` for ``group`` from ``topic`` (retries first), invisible to
         the group until ``now_ms + invisible_ms``. Raises PopUnavailable."""
@@ -255,12 +257,16 @@ class PopService(ProgressFile):
                 start = max(committed, store.min_offset(t, q)) if committed >= 0 else store.min_offset(t, q)
                 if start >= store.max_offset(t, q):
                     continue
-                res = store.get_message(group, t, q, start, max_msgs=max_messages - len(out), tag_filter=tag_filter)
-                try:
-                    got = res.messages() if res.status is GetStatus.FOUND else []
-                    next_offset = res.next_offset
-                finally:
-                    res.release()
+                got, next_offset = [], start
+                for _ in range(FILTER_SCAN_ROUNDS):  # (a filter that matches little: read on past what it passed over)
+                    res = store.get_message(group, t, q, next_offset, max_msgs=max_messages - len(out), tag_filter=tag_filter)
+                    try:
+                        got = res.messages() if res.status is GetStatus.FOUND else []
+                        moved, next_offset = res.next_offset > next_offset, max(res.next_offset, next_offset)
+                    finally:
+                        res.release()
+                    if got or tag_filter is None or not moved or next_offset >= store.max_offset(t, q):
+                        break
                 if t == retry:  # a retry topic's name can be another group's too: only this group's, of this topic
                     got = [
                         m for m in got if m.properties.get(PROP_RETRY_TOPIC) == topic and m.properties.get(PROP_RETRY_GROUP, group) == group
@@ -280,7 +286,7 @@ class PopService(ProgressFile):
         return out
 
     def _receive_fifo(
-        self, group: str, topic: str, max_messages: int, deadline: int, now_ms: int, tag_filter: str | None
+        self, group: str, topic: str, max_messages: int, deadline: int, now_ms: int, tag_filter: str | Selector | None
     ) -> list[Delivery]:
         """A FIFO group: from each queue, messages of message groups with nothing in flight (fifo.py)."""
         store = self.store

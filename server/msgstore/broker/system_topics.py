@@ -3,7 +3,8 @@ that records stay byte-compatible with RocketMQ's (docs/store-format.md §15).""
 
 from __future__ import annotations
 
-from ..store.schedule_units import SCHEDULE_TOPIC  # one queue per delay level: queue id = level - 1 (its units hold due times)
+# SCHEDULE_TOPIC: one queue per delay level, queue id = level - 1 (its units hold due times)
+from ..store.schedule_units import SCHEDULE_TOPIC as SCHEDULE_TOPIC
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # messages with a delivery time, one queue
 

@@ -116,6 +116,11 @@ def _parse_time(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _behind(positions: dict[Any, int], offsets: dict[Any, tuple[int, int]]) -> bool:
+    """Some queue's position is below the end it had when the read started."""
+    return any(pos < offsets[q][1] for q, pos in positions.items() if q in offsets)
+
+
 def _start_positions(c, topic: str, queues, spec: str, offsets) -> dict:
     """Where each queue starts, with a note where the asked offset had to be corrected."""
     out = {}
@@ -160,7 +165,7 @@ def cmd_pull(args) -> int:
         skipped = [s for s in unread if s.split(" ", 1)[0] in wanted]  # down nodes whose queues were asked for
         queues = [q for q in chosen if q in offsets]
         # a reader for the group, not a member of it: it takes no queue from the group's members
-        consumer = Consumer(c, None, args.topic, tag_filter=args.tag_filter, max_messages=min(args.max, 1024))
+        consumer = Consumer(c, None, args.topic, tag_filter=args.tag_filter, sql=args.sql, max_messages=min(args.max, 1024))
         consumer.positions = _start_positions(c, args.topic, queues, args.start or "earliest", offsets)
         if args.group and args.start is None:  # resume where the group left off
             for q in queues:
@@ -171,6 +176,7 @@ def cmd_pull(args) -> int:
         committed: dict[Any, int] = {}
         try:
             while True:
+                before = dict(consumer.positions)
                 batch = consumer.poll(timeout=1.0 if args.follow else 0)
                 printed: dict[Any, int] = {}  # queue → offset after its last printed message
                 left: dict[Any, int] = {}
@@ -192,6 +198,8 @@ def cmd_pull(args) -> int:
                         if committed.get(q) != off:
                             c.commit(args.group, args.topic, q, off)
                             committed[q] = off
+                if not args.follow and not batch and consumer.positions != before and _behind(consumer.positions, offsets):
+                    continue  # (a filter passed over messages that did not match: read on to what was there at the start)
                 if not args.follow and (not batch or out.count >= args.max):
                     if out.count >= args.max and batch:
                         notice(args, "max", f"stopped after {args.max} messages (--max); more may follow", max=args.max)

@@ -291,7 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max", type=_between(1, 1000), default=32, help="at most this many messages, 1 to 1000 (default 32)")
     s.add_argument("--invisible", type=_duration, default=30.0, metavar="DURATION", help="invisible to the group this long (default 30s)")
     s.add_argument("--wait", type=_duration, default=0.0, metavar="DURATION", help="wait this long for a first message")
-    s.add_argument("--tags", help="only messages with these tags ('a || b')")
+    picks = s.add_mutually_exclusive_group()
+    picks.add_argument("--tags", help="only messages with these tags ('a || b')")
+    picks.add_argument(
+        "--sql", metavar="SELECTOR", help="only messages whose properties match a SQL92 selector (\"region = 'eu' AND amount > 100\")"
+    )
     _connection_options(s)
     s.set_defaults(fn=cmd_receive)
 
@@ -323,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--max", type=_between(1, 10_000_000), default=100, help="stop after this many messages (default 100; --follow has no limit)"
     )
-    s.add_argument("--tag-filter", help="'TagA || TagB'")
+    picks = s.add_mutually_exclusive_group()
+    picks.add_argument("--tag-filter", help="'TagA || TagB'")
+    picks.add_argument("--sql", metavar="SELECTOR", help='only messages whose properties match a SQL92 selector ("amount > 100")')
     s.add_argument("--group", help="commit progress as this consumer group")
     _connection_options(s)
     s.set_defaults(fn=cmd_pull)

@@ -13,7 +13,7 @@ COLUMNS = ["topic", "attempt", "body", "receipt"]
 
 def cmd_receive(args) -> int:
     with open_client(args, send_streams=False) as c:
-        got = c.receive(args.group, args.topic, args.max, invisible=args.invisible, wait=args.wait, tags=args.tags)
+        got = c.receive(args.group, args.topic, args.max, invisible=args.invisible, wait=args.wait, tags=args.tags, sql=args.sql)
     rows = [
         {
             "topic": r.topic,

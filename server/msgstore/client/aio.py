@@ -322,9 +322,10 @@ class AsyncClient(AsyncPopCalls):
         timeout_ms: int = 0,
         tag_filter: str | None = None,
         group: str = "",
+        sql: str | None = None,
     ) -> PullResult:
         resp = await self.pull_response(
-            topic, queue, offset, max_messages=max_messages, timeout_ms=timeout_ms, tag_filter=tag_filter, group=group
+            topic, queue, offset, max_messages=max_messages, timeout_ms=timeout_ms, tag_filter=tag_filter, group=group, sql=sql
         )
         return pull_result(resp, queue.node)
 
@@ -338,9 +339,10 @@ class AsyncClient(AsyncPopCalls):
         timeout_ms: int = 0,
         tag_filter: str | None = None,
         group: str = "",
+        sql: str | None = None,
     ) -> pb.PullResponse:
         """A pull's PullResponse as it came (its records not yet decoded)."""
-        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group, sql=sql)
         return await self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)  # type: ignore[no-any-return]
 
     async def pull_queues(
@@ -353,11 +355,13 @@ class AsyncClient(AsyncPopCalls):
         timeout_ms: int = 0,
         tag_filter: str | None = None,
         group: str = "",
+        sql: str | None = None,
     ) -> list[tuple[QueueRef, pb.PullResponse]]:
         """As Client.pull_queues_future: several queues read at ``address`` in one call, each
         with its answer; ``timeout_ms`` waits until any has messages."""
         req = pb.PullQueuesRequest(
-            pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group) for q, offset in queues], timeout_ms=timeout_ms
+            pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group, sql=sql) for q, offset in queues],
+            timeout_ms=timeout_ms,
         )
         resp = await self._call(address, "PullQueues", req, timeout=self.timeout + timeout_ms / 1000)
         return list(zip((q for q, _ in queues), resp.results))

@@ -11,7 +11,7 @@ import grpc
 
 from .aio import AsyncClient
 from .client import StoreError, pull_result
-from .consumer import CLAIM_RETRY_S, MAX_QUEUES_PER_CALL, ConsumerRecord
+from .consumer import CLAIM_RETRY_S, MAX_QUEUES_PER_CALL, ConsumerRecord, checked_selector
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
 from .routing import QueueRef
 
@@ -24,6 +24,8 @@ class AsyncConsumer:
         topic: str,
         *,
         start: str = "earliest",
+        tag_filter: str | None = None,
+        sql: str | None = None,
         max_messages: int = 256,
         long_poll_ms: int = 1000,
         mode: str = CLUSTERING,
@@ -38,6 +40,8 @@ class AsyncConsumer:
         self.group = group
         self.topic = topic
         self.start_at = start
+        self.tag_filter = tag_filter
+        self.sql = checked_selector(sql, tag_filter)  # a SQL92 selector on properties instead of tag_filter
         self.max_messages = max_messages
         self._pull_each: set[str] = set()  # nodes without PullQueues (older): a Pull per queue
         self.long_poll_ms = long_poll_ms
@@ -216,7 +220,13 @@ class AsyncConsumer:
         return out
 
     async def _pull_node(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
-        kw = {"max_messages": self.max_messages, "timeout_ms": timeout_ms, "group": self.group or ""}
+        kw = {
+            "max_messages": self.max_messages,
+            "timeout_ms": timeout_ms,
+            "group": self.group or "",
+            "tag_filter": self.tag_filter,
+            "sql": self.sql,
+        }
         if address not in self._pull_each and len(queues) > 1:
             try:
                 return await self.client.pull_queues(self.topic, address, [(q, self.positions[q]) for q in queues], **kw)  # type: ignore[arg-type]

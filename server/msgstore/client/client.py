@@ -145,9 +145,18 @@ decode_records = codec.decode_records  # a raw pull's messages
 
 
 def pull_request(
-    topic: str, queue: QueueRef, offset: int, max_messages: int, timeout_ms: int, tag_filter: str | None, group: str, max_bytes: int = 0
+    topic: str,
+    queue: QueueRef,
+    offset: int,
+    max_messages: int,
+    timeout_ms: int,
+    tag_filter: str | None,
+    group: str,
+    max_bytes: int = 0,
+    sql: str | None = None,
 ) -> pb.PullRequest:
-    """A raw pull (records as stored; :func:`pull_result` decodes them), for both clients."""
+    """A raw pull (records as stored; :func:`pull_result` decodes them), for both clients;
+    ``sql``: a SQL92 selector on properties instead of a tag filter."""
     return pb.PullRequest(
         topic=topic,
         queue_id=queue.queue_id,
@@ -156,6 +165,7 @@ def pull_request(
         max_bytes=max_bytes,
         timeout_ms=timeout_ms,
         tag_filter=tag_filter or "",
+        sql_filter=sql or "",
         group=group,
         raw=True,
     )
@@ -569,8 +579,11 @@ class Client(PopCalls):
         timeout_ms: int = 0,
         tag_filter: str | None = None,
         group: str = "",
+        sql: str | None = None,
     ) -> PullResult:
-        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group, max_bytes)
+        """``sql``: a SQL92 selector on message properties (``"region = 'eu' AND amount > 100"``)
+        instead of ``tag_filter``; the store refuses a bad one, naming its column."""
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group, max_bytes, sql)
         resp = self._group_call(topic, queue, "Pull", req, reads=True, timeout=self.timeout + timeout_ms / 1000)
         return pull_result(resp, queue.node)
 
@@ -584,8 +597,9 @@ class Client(PopCalls):
         timeout_ms: int = 0,
         tag_filter: str | None = None,
         group: str = "",
+        sql: str | None = None,
     ):
-        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group)
+        req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group, sql=sql)
         return self.stub(self.read_address(topic, queue)).Pull.future(
             req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
         )
@@ -600,11 +614,13 @@ class Client(PopCalls):
         timeout_ms: int = 0,
         tag_filter: str | None = None,
         group: str = "",
+        sql: str | None = None,
     ):
         """Several queues read at ``address`` in one call (PullQueues), each at its offset;
         ``timeout_ms`` waits until any has messages. Its answer's ``results`` follow ``queues``."""
         req = pb.PullQueuesRequest(
-            pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group) for q, offset in queues], timeout_ms=timeout_ms
+            pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group, sql=sql) for q, offset in queues],
+            timeout_ms=timeout_ms,
         )
         return self.stub(address).PullQueues.future(
             req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import grpc
 
 from ..record import codec
+from ..record.selector import SelectorError, compile_selector
 from .client import Client, StoreError, pull_result
 from .membership import (
     BROADCASTING,
@@ -76,6 +77,7 @@ class _Call:
                     max_messages=c.max_messages,
                     timeout_ms=self.timeout_ms,
                     tag_filter=c.tag_filter,
+                    sql=c.sql,
                     group=c.group or "",
                 )
             else:
@@ -86,6 +88,7 @@ class _Call:
                     max_messages=c.max_messages,
                     timeout_ms=self.timeout_ms,
                     tag_filter=c.tag_filter,
+                    sql=c.sql,
                     group=c.group or "",
                 )
         except Exception:
@@ -119,6 +122,21 @@ class _Call:
         return list(zip(self.queues, resp.results))
 
 
+def checked_selector(sql: str | None, tag_filter: str | None) -> str | None:
+    """A consumer's SQL92 selector, checked when it is made: the store refuses a bad one with
+    every pull, which a consumer (that passes over a node it cannot read) would only show as
+    no messages. StoreError INVALID_ARGUMENT naming the column."""
+    if not sql:
+        return None
+    if tag_filter and tag_filter.strip() != "*":
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, "sql: give a tag filter or a SQL92 selector, not both")
+    try:
+        compile_selector(sql)
+    except SelectorError as e:
+        raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"sql: not a SQL92 selector: {e}") from None
+    return sql
+
+
 class Consumer:
     def __init__(
         self,
@@ -128,6 +146,7 @@ class Consumer:
         *,
         start: str = "earliest",
         tag_filter: str | None = None,
+        sql: str | None = None,
         max_messages: int = 256,
         long_poll_ms: int = 1000,
         mode: str = CLUSTERING,
@@ -146,6 +165,7 @@ class Consumer:
         self.topic = topic
         self.start = start
         self.tag_filter = tag_filter
+        self.sql = checked_selector(sql, tag_filter)  # a SQL92 selector on properties instead of tag_filter
         self.max_messages = max_messages
         self._pull_each: set[str] = set()  # nodes without PullQueues (older): a Pull per queue
         self.long_poll_ms = long_poll_ms

@@ -78,7 +78,7 @@ def _invisible_ms(invisible: float, least: int) -> int:
     return ms
 
 
-def _receive_request(group: str, topic: str, n: int, invisible: float, wait: float, tags: str | None) -> pb.ReceiveRequest:
+def _receive_request(group: str, topic: str, n: int, invisible: float, wait: float, tags: str | None, sql: str | None) -> pb.ReceiveRequest:
     return pb.ReceiveRequest(
         group=group,
         topic=topic,
@@ -86,6 +86,7 @@ def _receive_request(group: str, topic: str, n: int, invisible: float, wait: flo
         invisible_ms=_invisible_ms(invisible, 1),
         wait_ms=round(wait * 1000),
         tag_filter=tags or "",
+        sql_filter=sql or "",
     )
 
 
@@ -145,17 +146,19 @@ class PopCalls:
         invisible: float = 30.0,
         wait: float = 0.0,
         tags: str | None = None,
+        sql: str | None = None,
     ) -> list[Received]:
         """Up to ``max_messages`` not yet delivered to ``group`` (redeliveries first), each
         invisible to the group for ``invisible`` seconds; waits up to ``wait`` seconds on the
-        last node asked when none has any."""
+        last node asked when none has any. ``tags`` (``"a || b"``) or ``sql`` (a SQL92 selector
+        on properties, ``"amount > 100"``) picks the messages the group takes here."""
         nodes = holding(self.route(topic).nodes or [])
         out: list[Received] = []
         for i, node in enumerate(nodes):
             if len(out) >= max_messages:
                 break
             waits = wait if i == len(nodes) - 1 and not out else 0.0  # (only the last node asked, only when none had any)
-            req = _receive_request(group, topic, max_messages - len(out), invisible, waits, tags)
+            req = _receive_request(group, topic, max_messages - len(out), invisible, waits, tags, sql)
             queue = QueueRef(node.name, node.address, 0)
             resp = self._group_call(topic, queue, "Receive", req, reads=False, timeout=self.timeout + req.wait_ms / 1000)
             address = self.master_address(topic, queue)
@@ -217,7 +220,15 @@ class AsyncPopCalls:
     """The same on asyncio, mixed into AsyncClient."""
 
     async def receive(
-        self: Any, group: str, topic: str, max_messages: int = 32, *, invisible: float = 30.0, wait: float = 0.0, tags: str | None = None
+        self: Any,
+        group: str,
+        topic: str,
+        max_messages: int = 32,
+        *,
+        invisible: float = 30.0,
+        wait: float = 0.0,
+        tags: str | None = None,
+        sql: str | None = None,
     ) -> list[Received]:
         nodes = holding((await self.route(topic)).nodes or [])
         out: list[Received] = []
@@ -225,7 +236,7 @@ class AsyncPopCalls:
             if len(out) >= max_messages:
                 break
             waits = wait if i == len(nodes) - 1 and not out else 0.0
-            req = _receive_request(group, topic, max_messages - len(out), invisible, waits, tags)
+            req = _receive_request(group, topic, max_messages - len(out), invisible, waits, tags, sql)
             queue = QueueRef(node.name, node.address, 0)
             resp = await self._group_call(topic, queue, "Receive", req, reads=False, timeout=self.timeout + req.wait_ms / 1000)
             out += [_received(r, node.name, node.address) for r in resp.messages]

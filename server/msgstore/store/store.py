@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..record import codec
+from ..record.selector import Selector
 from . import abort_file, queue_state
 from .checkpoint import Checkpoint
 from .cleanup import CommitLogCleaner, ConsumeQueueCleaner, DiskMonitor, DiskUsage
@@ -870,9 +871,12 @@ class MessageStore:
         offset: int,
         max_msgs: int = 32,
         max_bytes: int = 4 * 1024 * 1024,
-        tag_filter: Iterable[str] | str | None = None,
+        tag_filter: Iterable[str] | str | Selector | None = None,
     ) -> GetResult:
-        """Pull from one queue (docs/store-format.md §7). Release the result when done with its views."""
+        """Pull from one queue (docs/store-format.md §7). Release the result when done with its views.
+
+        ``tag_filter``: a tag expression (``"a || b"``, matched by the units' tag hashes, then
+        the records' tags), or a compiled SQL92 selector (matched by each record's properties)."""
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -887,7 +891,12 @@ class MessageStore:
             # as the reference: a queue that never lost a message (min 0) sends a runaway offset
             # back to its start, so a consumer re-reads instead of skipping what is there
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
-        tags = _tag_set(tag_filter)
+        selector: Selector | None = None
+        tags: frozenset[str] | None = None
+        if isinstance(tag_filter, Selector):
+            selector = tag_filter
+        else:
+            tags = _tag_set(tag_filter)
         codes = {codec.tags_code(t) for t in tags} if tags else None
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
         removing = False
@@ -942,6 +951,9 @@ class MessageStore:
                 scanned += 1
                 next_offset += 1
                 if tags is not None and _record_tags(view) not in tags:
+                    view.release()
+                    continue
+                if selector is not None and not selector.matches(codec.decode(view, 0, with_body=False).properties):
                     view.release()
                     continue
                 result.add(view, unit_offset)

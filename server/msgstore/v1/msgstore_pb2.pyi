@@ -98,20 +98,22 @@ class TransactionCheck(_message.Message):
     def __init__(self, transaction_id: _Optional[str] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., check: _Optional[int] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
-    __slots__ = ("group", "topic", "max_messages", "invisible_ms", "wait_ms", "tag_filter")
+    __slots__ = ("group", "topic", "max_messages", "invisible_ms", "wait_ms", "tag_filter", "sql_filter")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     TAG_FILTER_FIELD_NUMBER: _ClassVar[int]
+    SQL_FILTER_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     max_messages: int
     invisible_ms: int
     wait_ms: int
     tag_filter: str
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., tag_filter: _Optional[str] = ...) -> None: ...
+    sql_filter: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., tag_filter: _Optional[str] = ..., sql_filter: _Optional[str] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("message", "receipt_handle", "attempt", "invisible_until_ms")
@@ -354,7 +356,7 @@ class Message(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commitlog_offset: _Optional[int] = ..., msg_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_host: _Optional[str] = ..., flag: _Optional[int] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., store_size: _Optional[int] = ..., body_crc: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "offset", "max_messages", "max_bytes", "tag_filter", "timeout_ms", "group", "raw")
+    __slots__ = ("topic", "queue_id", "offset", "max_messages", "max_bytes", "tag_filter", "timeout_ms", "group", "raw", "sql_filter")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +366,7 @@ class PullRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     RAW_FIELD_NUMBER: _ClassVar[int]
+    SQL_FILTER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     offset: int
@@ -373,7 +376,8 @@ class PullRequest(_message.Message):
     timeout_ms: int
     group: str
     raw: bool
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_filter: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., group: _Optional[str] = ..., raw: _Optional[bool] = ...) -> None: ...
+    sql_filter: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tag_filter: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., group: _Optional[str] = ..., raw: _Optional[bool] = ..., sql_filter: _Optional[str] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("status", "next_offset", "min_offset", "max_offset", "messages", "records", "record_count", "group_generation")

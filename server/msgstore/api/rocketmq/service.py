@@ -29,6 +29,7 @@ from google.protobuf import message_factory
 from ...broker.pop import PopUnavailable, ReceiptExpired
 from ...record.recall_handle import RecallHandle
 from ...record.receipt import Receipt
+from ...record.selector import SelectorError, compile_selector
 from ...v1 import msgstore_pb2 as pb
 from .. import validation as v
 from . import messages
@@ -424,10 +425,22 @@ class MessagingService:
             wanted = min(wanted, max(0, int(remaining * 1000) - POLL_RESERVE_MS))
         return wanted
 
+    def _filters(self, expression: Any) -> dict[str, str]:
+        """The msgstore.v1 read's ``tag_filter`` or ``sql_filter`` for a FilterExpression (a
+        SQL92 one checked here, so that its error names the v2 field and the column)."""
+        if expression.type == d.SQL:
+            text = expression.expression
+            if not self.store.config.enablePropertyFilter:
+                raise Refusal(d.UNSUPPORTED, "filter_expression: SQL92 selectors are off on this store (enablePropertyFilter is false)")
+            try:
+                compile_selector(text)
+            except SelectorError as e:
+                raise Refusal(d.ILLEGAL_FILTER_EXPRESSION, f"filter_expression.expression: not a SQL92 selector: {e}") from None
+            return {"sql_filter": text}
+        return {"tag_filter": self._tag_filter(expression)}
+
     @staticmethod
     def _tag_filter(expression: Any) -> str:
-        if expression.type == d.SQL:
-            raise Refusal(d.UNSUPPORTED, "filter_expression: SQL92 filters are not supported by this store; filter by tag")
         text = expression.expression.strip()
         if any(not t.strip() for t in text.split("||")) and text not in ("", "*"):
             raise Refusal(
@@ -451,11 +464,11 @@ class MessagingService:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, "invisible_duration: required unless auto_renew")
         if not 1 <= invisible <= 12 * 3_600_000:
             raise Refusal(d.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: must be 1 ms to 12 h, got {invisible} ms")
-        tag_filter = self._tag_filter(request.filter_expression)
+        filters = self._filters(request.filter_expression)
         wait = self._poll_ms(request, context)
         got = await self._on_master(
             "Receive",
-            pb.ReceiveRequest(group=group, topic=topic, max_messages=batch, invisible_ms=invisible, wait_ms=wait, tag_filter=tag_filter),
+            pb.ReceiveRequest(group=group, topic=topic, max_messages=batch, invisible_ms=invisible, wait_ms=wait, **filters),
             context,
             self.data.Receive,
             where,
@@ -593,11 +606,11 @@ class MessagingService:
         batch = request.batch_size or 32
         if not 1 <= batch <= v.MAX_PULL_MESSAGES:
             raise Refusal(d.BAD_REQUEST, f"batch_size: must be 1 to {v.MAX_PULL_MESSAGES}, got {request.batch_size}")
-        tag_filter = self._tag_filter(request.filter_expression)
+        filters = self._filters(request.filter_expression)
         wait = self._poll_ms(request, context)
         got = await self._on_master(
             "Pull",
-            pb.PullRequest(topic=topic, queue_id=qid, offset=request.offset, max_messages=batch, tag_filter=tag_filter, timeout_ms=wait),
+            pb.PullRequest(topic=topic, queue_id=qid, offset=request.offset, max_messages=batch, timeout_ms=wait, **filters),
             context,
             self.data.Pull,
             where,

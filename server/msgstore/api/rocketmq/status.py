@@ -70,6 +70,7 @@ def field_code(field: str, default: int = d.BAD_REQUEST) -> int:
         "group": d.ILLEGAL_CONSUMER_GROUP,
         "tags": d.ILLEGAL_MESSAGE_TAG,
         "tag_filter": d.ILLEGAL_FILTER_EXPRESSION,
+        "sql_filter": d.ILLEGAL_FILTER_EXPRESSION,
         "keys": d.ILLEGAL_MESSAGE_KEY,
         "receipt_handle": d.INVALID_RECEIPT_HANDLE,
         "receipt_handles": d.INVALID_RECEIPT_HANDLE,
