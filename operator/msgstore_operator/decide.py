@@ -79,6 +79,21 @@ def pending_pods(pods: list[PodView]) -> list[str]:
     return [f"{p.name}: {p.pending}" for p in sorted(pods, key=lambda p: p.ordinal) if p.pending and not p.deleting]
 
 
+def unpullable_images(pods: list[PodView]) -> str:
+    """What to tell a user whose pods cannot pull their image: which image, which pods, and
+    what to do (the chart's default image is not published anywhere)."""
+    by_image: dict[str, list[str]] = {}
+    for p in sorted(pods, key=lambda p: p.ordinal):
+        if p.unpullable and not p.deleting:
+            by_image.setdefault(p.unpullable, []).append(p.name)
+    return "; ".join(
+        f"image {image} cannot be pulled for {', '.join(names)}: build it (make image), push it where the cluster pulls "
+        "from (or kind load it) and set spec.image (the chart's image.repository and image.tag); msgstore's default "
+        "image is not published"
+        for image, names in by_image.items()
+    )
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

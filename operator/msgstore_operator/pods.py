@@ -19,6 +19,7 @@ from .spec import RESTART_HASH, Spec
 log = logging.getLogger(__name__)
 ADMIN_TIMEOUT_S = 3.0
 PENDING_GRACE_S = 15.0  # a new pod waits for its volume and the scheduler a moment: not worth reporting
+IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")  # the kubelet cannot get the image
 PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff")
 REFUSED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 
@@ -47,6 +48,7 @@ class PodView:
     restart_hash: str
     phase: str = ""
     pending: str = ""  # why the pod does not run: the scheduler's or the kubelet's words
+    unpullable: str = ""  # the image the kubelet cannot pull for it
     store: dict[str, Any] | None = None  # Admin.GetStatus as a dict; None when unreachable
     error: str = ""
     token: str | None = None  # the admin token this pod accepted
@@ -107,6 +109,15 @@ def _pending_reason(pod: dict[str, Any]) -> str:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("message"):
             return f"{waiting.get('reason')}: {waiting['message']}"
+    return ""
+
+
+def _unpullable_image(pod: dict[str, Any]) -> str:
+    """The image a container of the pod waits for and cannot get ("" when none)."""
+    images = {c.get("name"): c.get("image", "") for c in (pod.get("spec") or {}).get("containers") or []}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") in IMAGE_ERRORS:
+            return images.get(cs.get("name")) or cs.get("image", "") or "?"
     return ""
 
 
@@ -195,6 +206,7 @@ def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -
             restart_hash=(meta.get("annotations") or {}).get(RESTART_HASH, ""),
             phase=status.get("phase", ""),
             pending=_pending_reason(pod),
+            unpullable=_unpullable_image(pod),
         )
         if view.ip and not view.deleting and reachable:
             for candidate in candidates:

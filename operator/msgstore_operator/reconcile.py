@@ -545,6 +545,7 @@ class Reconciler:
         mine = [p for p in pods if p.ordinal < replicas]
         pending = decide.pending_pods(pods) + self._pending_claims
         self._report(conditions, out, "PodsPending", "PodsNotRunning", "; ".join(pending), ok_reason="AllRunning")
+        self._report(conditions, out, "ImageUnavailable", "ImagePullFailed", decide.unpullable_images(pods), ok_reason="Pulled")
         refused = [p.name for p in pods if p.token_refused]
         self._report(
             conditions,

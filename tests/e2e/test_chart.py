@@ -815,6 +815,11 @@ def test_reverting_a_broken_image_finishes_the_roll(k8s: K8s, release):
         "the pull error reported",
     )
     assert "duo-1" in cond["message"] and cond["status"] == "True"
+    image = k8s.wait(lambda: (lambda c: c if c.get("status") == "True" else None)(k8s.condition(NS, "duo", "ImageUnavailable")), 30, "")
+    assert "image registry.invalid/msgstore:broken cannot be pulled for duo-1" in image["message"]
+    assert "make image" in image["message"] and "spec.image" in image["message"]
+    events = k8s.wait(lambda: k8s.events(NS, reason="ImagePullFailed", involved="duo"), 30, "the operator's event")
+    assert events[0]["type"] == "Warning" and "registry.invalid/msgstore:broken" in events[0]["message"]
     assert k8s.pod(NS, "duo-0")["metadata"]["annotations"]  # duo-0 was not touched while duo-1 cannot start
     assert k8s.kubelet.runtime(NS, "duo-0").container.running
     patch = '{"spec": {"image": null}}' if good is None else '{"spec": {"image": "%s"}}' % good
@@ -825,6 +830,7 @@ def test_reverting_a_broken_image_finishes_the_roll(k8s: K8s, release):
         "the roll finished after the revert",
     )
     assert k8s.condition(NS, "duo", "PodsPending").get("status") == "False"
+    assert k8s.condition(NS, "duo", "ImageUnavailable").get("status") == "False"
     k8s.kubectl("delete", "mstore", "duo", "-n", NS, "--wait=true")
 
 

@@ -214,3 +214,22 @@ def test_a_ready_master_that_stopped_renewing_its_lease_is_replaced():
     assert lapsed.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
     assert lapsed.fence_optional  # the Lease expired: it acknowledges nothing whether or not it answers the Fence
     assert "did not renew its Lease" in lapsed.events[0][2]
+
+
+def test_an_image_that_cannot_be_pulled_is_named_with_what_to_do():
+    """Issue 33: the chart's default image is not published; a pod waiting for it says so."""
+    from msgstore_operator import decide
+    from msgstore_operator.pods import _unpullable_image
+
+    waiting = {
+        "spec": {"containers": [{"name": "msgstore", "image": "ghcr.io/msgstore/msgstore:0.1.0"}]},
+        "status": {"containerStatuses": [{"name": "msgstore", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}}]},
+    }
+    crashing = {"status": {"containerStatuses": [{"name": "msgstore", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    assert _unpullable_image(waiting) == "ghcr.io/msgstore/msgstore:0.1.0"
+    assert _unpullable_image(crashing) == "" and _unpullable_image({}) == ""
+    pods = [PodView(f"s-{i}", i, None, False, False, "", unpullable="ghcr.io/msgstore/msgstore:0.1.0") for i in (1, 0)]
+    said = decide.unpullable_images(pods + [PodView("s-2", 2, "10.0.0.3", True, False, "")])
+    assert said.startswith("image ghcr.io/msgstore/msgstore:0.1.0 cannot be pulled for s-0, s-1: build it (make image)")
+    assert "set spec.image" in said and said.count("image ghcr.io") == 1
+    assert decide.unpullable_images([PodView("s-0", 0, "10.0.0.1", True, False, "")]) == ""
