@@ -505,8 +505,9 @@ def test_a_replicated_store_survives_losing_its_master_pod_and_volume(k8s: K8s, 
     except AssertionError as e:
         status = k8s.store(ns, "ledger").get("status") or {}
         raise AssertionError(f"{e}; group: {group()}; conditions: {status.get('conditions')}") from None
-    failover = k8s.events(ns, "Failover", "ledger")
-    assert failover and failover[0]["type"] == "Warning" and "promoted" in failover[0]["message"]
+    # (the operator posts its events after it patched the status: looked for until they are there)
+    failover = k8s.wait(lambda: k8s.events(ns, "Failover", "ledger"), 30, "the Failover event")
+    assert failover[0]["type"] == "Warning" and "promoted" in failover[0]["message"]
     assert group()["epoch"] == 2
     send("after", 10)  # writes go on, on the new master (the other follower confirms)
     # the deleted member is back on a new volume, empty, and copies the new master's log
@@ -701,8 +702,10 @@ def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
         k8s.wait(lambda: acked_on(ledger, address[new], cut) > 0, 60, "the new master acknowledging the producer")
         failover = time.monotonic() - cut
         read_through(ledger, address[new])
-        events = [e["message"] for e in k8s.events(ns, "Failover", "ledger")]
-        assert any("did not renew its Lease" in e for e in events), events
+        lapsed = k8s.wait(
+            lambda: [e for e in k8s.events(ns, "Failover", "ledger") if "did not renew its Lease" in e["message"]], 30, "the Failover event"
+        )
+        assert lapsed, lapsed
     finally:
         zombie.heal()
         rest.heal()
@@ -904,7 +907,7 @@ def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):
         "the unschedulable pods reported with their reasons",
     )
     assert pending["status"] == "True" and "orders-0: Unschedulable" in pending["message"], pending
-    assert k8s.events(ns, "PodsNotRunning", "orders")
+    k8s.wait(lambda: k8s.events(ns, "PodsNotRunning", "orders"), 30, "the PodsNotRunning event")
     k8s.kubectl("delete", "-n", ns, "-f", sample, "--wait=true")
 
 

@@ -50,10 +50,11 @@ async def undone(context, code: grpc.StatusCode, message: str) -> None:
 class Refused(Exception):
     """A send refused as a whole (nothing stored): the status a unary Send fails with."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+    def __init__(self, code: grpc.StatusCode, message: str, nothing_stored: bool = False):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.nothing_stored = nothing_stored  # the store took none of it (not one refused after it was stored)
 
 
 @dataclass(slots=True)
@@ -126,7 +127,9 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         try:
             return await self._complete(accepted)
         except Refused as e:
-            if e.code == grpc.StatusCode.UNAVAILABLE and not accepted.appended:  # (refused before appending: the next master may)
+            # refused before appending, or every append refused by the store (it became a follower
+            # after the call was let in, a switchover's race): the group's next master may take it
+            if e.code == grpc.StatusCode.UNAVAILABLE and (not accepted.appended or e.nothing_stored):
                 await undone(context, e.code, e.message)
             await context.abort(e.code, e.message)
 
@@ -252,6 +255,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         if a.visible:
             await self._await_visible(a.outcomes)
         outcomes = a.outcomes
+        nothing_stored = not any(res.status.stored for _, res in outcomes)  # (before a fence turns stored ones into refusals)
         if self.server.replica is not None:
             self._fence_check(self.server.replica, outcomes)
         if all(not res.status.stored for _, res in outcomes) and all(
@@ -263,6 +267,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
             raise Refused(
                 grpc.StatusCode.RESOURCE_EXHAUSTED if full or limit else grpc.StatusCode.UNAVAILABLE,
                 f"{DISK_FULL}: {res.reason}" if full else res.reason,
+                nothing_stored,
             )
         m = self.server.metrics
         if m is not None:
