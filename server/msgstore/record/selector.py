@@ -409,12 +409,7 @@ class _Compile(Transformer[Token, _Node]):
                 raise SelectorError(low.column, f"BETWEEN {low.value} AND {high.value}: the first value must not be above the second")
         ge, le = _order(">="), _order("<=")
         f, lo, hi = node.evaluate, low.evaluate, high.evaluate
-
-        def between(p: Mapping[str, str]) -> Value:
-            v = f(p)
-            return _and(ge(v, lo(p)), le(v, hi(p)))
-
-        return between
+        return _connective([lambda p: ge(f(p), lo(p)), lambda p: le(f(p), hi(p))], False)
 
     def between(self, meta: Any, node: _Node, low: _Node, high: _Node) -> _Node:
         return _Node(self._between(meta, node, low, high), "bool", column=_column(meta))
@@ -465,43 +460,28 @@ class _Compile(Transformer[Token, _Node]):
         return _Node(lambda p: _not(f(p)), "bool", column=_column(meta))
 
     def and_(self, meta: Any, *nodes: _Node) -> _Node:
-        fs = [_as_condition(n) for n in nodes]
-
-        def all_of(p: Mapping[str, str]) -> Value:
-            out: Value = True
-            for f in fs:
-                v = f(p)
-                if v is False:
-                    return False
-                if v is None:
-                    out = None
-            return out
-
-        return _Node(all_of, "bool", column=_column(meta))
+        return _Node(_connective([_as_condition(n) for n in nodes], False), "bool", column=_column(meta))
 
     def or_(self, meta: Any, *nodes: _Node) -> _Node:
-        fs = [_as_condition(n) for n in nodes]
+        return _Node(_connective([_as_condition(n) for n in nodes], True), "bool", column=_column(meta))
 
-        def any_of(p: Mapping[str, str]) -> Value:
-            out: Value = False
-            for f in fs:
-                v = f(p)
-                if v is True:
-                    return True
-                if v is None:
-                    out = None
-            return out
 
-        return _Node(any_of, "bool", column=_column(meta))
+def _connective(terms: list[Evaluate], decisive: bool) -> Evaluate:
+    """AND (``decisive`` False) or OR (True) in three-valued logic: one term with the decisive
+    value decides; else any unknown term makes it unknown; else it is the other value."""
+
+    def combine(p: Mapping[str, str]) -> Value:
+        out: Value = not decisive
+        for term in terms:
+            v = term(p)
+            if v is decisive:
+                return decisive
+            if v is None:
+                out = None
+        return out
+
+    return combine
 
 
 def _not(v: Value) -> Value:
     return None if v is None else not v
-
-
-def _and(a: Value, b: Value) -> Value:
-    if a is False or b is False:
-        return False
-    if a is None or b is None:
-        return None
-    return True

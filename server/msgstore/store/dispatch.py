@@ -261,14 +261,14 @@ class Dispatcher(ServiceThread):
                 cq = self.queues.get(topic, qid, create=True)
                 assert cq is not None
                 q = cols.queue_offsets[sel]
-                tags = cols.tags_codes
                 if topic == SCHEDULE_TOPIC:  # (a delay level's units hold due times)
-                    tags = np.zeros(len(cols), dtype=np.int64)
-                    tags[sel] = deliver_times(qid, cols.store_timestamps[sel], self.settings().delay_levels_ms)
+                    tags = deliver_times(qid, cols.store_timestamps[sel], self.settings().delay_levels_ms)
+                else:
+                    tags = cols.tags_codes[sel]
                 breaks = np.flatnonzero(np.diff(q) != 1) + 1  # runs of consecutive queue offsets
                 for run in np.split(np.arange(len(sel)), breaks):
                     r = sel[run]
-                    cq.put_units(cols.phys[r], cols.sizes[r].astype(np.int64), tags[r], int(q[run[0]]))
+                    cq.put_units(cols.phys[r], cols.sizes[r].astype(np.int64), tags[run], int(q[run[0]]))
                 touched.append((topic, qid, cq))
         if index and len(cols.key_hashes) and self.settings().messageIndexEnable:
             owner = cols.key_owner

@@ -29,7 +29,6 @@ from google.protobuf import message_factory
 from ...broker.pop import PopUnavailable, ReceiptExpired
 from ...record.recall_handle import RecallHandle
 from ...record.receipt import Receipt
-from ...record.selector import SelectorError, compile_selector
 from ...v1 import msgstore_pb2 as pb
 from .. import validation as v
 from . import messages
@@ -433,9 +432,9 @@ class MessagingService:
             if not self.store.config.enablePropertyFilter:
                 raise Refusal(d.UNSUPPORTED, "filter_expression: SQL92 selectors are off on this store (enablePropertyFilter is false)")
             try:
-                compile_selector(text)
-            except SelectorError as e:
-                raise Refusal(d.ILLEGAL_FILTER_EXPRESSION, f"filter_expression.expression: not a SQL92 selector: {e}") from None
+                v.check_filter("", text, True, "filter_expression.expression")
+            except v.InvalidArgument as e:
+                raise Refusal(d.ILLEGAL_FILTER_EXPRESSION, str(e)) from None
             return {"sql_filter": text}
         return {"tag_filter": self._tag_filter(expression)}
 
