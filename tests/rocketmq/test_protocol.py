@@ -264,7 +264,7 @@ def test_signatures_are_checked_when_a_data_token_is_set(servers, tmp_path):
         # the signed time is not checked (RocketMQ checks none; clients sign local time as UTC)
         assert stub.QueryRoute(req, metadata=signed("s3cret", now - datetime.timedelta(hours=8)), timeout=10).status.code == d.OK
         for metadata, why in (
-            ([], "needs signed requests"),
+            ([], "checks who calls"),
             (signed("wrong", now), "does not match"),
             ([("x-mq-date-time", "yesterday"), signed("s3cret", now)[1]], "not a time"),
         ):

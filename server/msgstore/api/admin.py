@@ -13,6 +13,7 @@ from ..v1 import admin_pb2 as apb
 from ..wire import config_text
 from . import validation as v
 from .ha_service import RoleHandlers
+from .user_service import UserHandlers
 
 if TYPE_CHECKING:
     from .member import Member
@@ -22,7 +23,7 @@ def _strings(d: dict[str, Any]) -> dict[str, str]:
     return {k: config_text(val) for k, val in d.items()}
 
 
-class ControlPlane(RoleHandlers):
+class ControlPlane(RoleHandlers, UserHandlers):
     def __init__(self, server: Member):
         self.server = server
 
@@ -92,6 +93,9 @@ class ControlPlane(RoleHandlers):
         await self._ready(context)
         if not request.changes:
             raise v.InvalidArgument("changes", "name at least one key")
+        refused = self.server.authorization_refused(dict(request.changes))
+        if refused:
+            raise v.InvalidArgument("changes['authorizationEnabled']", refused)
         try:
             res = self.store.update_config(dict(request.changes), dry_run=request.dry_run)
         except ConfigError as e:

@@ -1,4 +1,5 @@
-"""Bearer-token checks for the admin service (and, optionally, the data plane).
+"""Bearer-token checks for the admin and replication services (the data plane checks its
+callers per call: acl/identity.py, server._guarded).
 
 Tokens are compared in constant time. A missing token is UNAUTHENTICATED, a wrong one
 PERMISSION_DENIED. Health and reflection are never guarded (probes must work without secrets).
@@ -21,7 +22,6 @@ RECHECK_S = 1.0  # how often a token file is looked at for a change
 
 ADMIN_PREFIX = "/msgstore.v1.Admin/"
 HA_PREFIX = "/msgstore.v1.Replication/"  # members of a group, with the admin token
-DATA_PREFIX = "/msgstore.v1.MessageStore/"
 
 
 def read_token(path: str | None, env: str | None) -> str | None:
@@ -97,17 +97,14 @@ def check(expected: str, metadata) -> tuple[grpc.StatusCode, str] | None:
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, admin_token: str | TokenSource | None, data_token: str | TokenSource | None = None):
+    def __init__(self, admin_token: str | TokenSource | None):
         self.admin_token = TokenSource.of(admin_token)
-        self.data_token = TokenSource.of(data_token)
 
     async def intercept_service(self, continuation, details):
         method = details.method
         source = None
         if method.startswith(ADMIN_PREFIX) or method.startswith(HA_PREFIX):
             source = self.admin_token
-        elif method.startswith(DATA_PREFIX):
-            source = self.data_token
         if source is not None:
             failure = check(source.current(), details.invocation_metadata)
             if failure is not None:
@@ -137,3 +134,19 @@ def _deny(handler, code: grpc.StatusCode, message: str):
     if handler.stream_stream:
         return grpc.stream_stream_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
     raise AssertionError(f"a handler of no known shape: {handler!r}")  # never let a call through unchecked
+
+
+def peer_host(context) -> tuple[str, int]:
+    """The client's address as BORNHOST (ipv4:1.2.3.4:5 / ipv6:[::1]:5 in gRPC's notation)."""
+    peer = context.peer() if context is not None else ""
+    try:
+        kind, _, rest = peer.partition(":")
+        if kind == "ipv4":
+            ip, _, port = rest.rpartition(":")
+            return ip, int(port)
+        if kind == "ipv6":
+            ip, _, port = rest.rpartition(":")
+            return ip.strip("[]").replace("%25", "%").split("%")[0], int(port)
+    except ValueError:
+        pass
+    return "127.0.0.1", 0

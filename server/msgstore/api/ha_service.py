@@ -117,6 +117,7 @@ class ReplicationPlane:
             topics_json=snap["topics"],
             consumer_offsets_json=snap["offsets"],
             subscription_groups_json=snap["groups"],
+            users_json=snap["users"],
             master_end=self.server.store.commitlog.max_offset,
             broker_state=broker_state,
         )

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2
 
+from ..acl.identity import Authenticator, Users
 from ..broker import BrokerServices
 from ..ha import etcd
 from ..ha.arbiter import ArbiterKeeper
@@ -128,6 +129,13 @@ class Member:
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="msgstore-rpc")
         self.metrics: Metrics | None = None
         self.stopping = False
+        data_token, admin_token = TokenSource.of(options.data_token), TokenSource.of(options.admin_token)
+        self.authenticator = Authenticator(
+            Users(lambda: getattr(self.store, "users", None)),
+            enabled=lambda: data_token is not None or bool(self.store.config.authorizationEnabled),
+            data_token=lambda: data_token.current() if data_token else None,
+            admin_token=lambda: admin_token.current() if admin_token else None,
+        )
         self.recovery_error: str | None = None
         self.ready = threading.Event()
         self.give_up = threading.Event()  # stop waiting for the data directory's lock
@@ -193,6 +201,21 @@ class Member:
         if ch is None:
             ch = self._ha_channels[address] = self._peer_channel(address)
         return ch
+
+    def authorization_refused(self, settings: dict[str, Any]) -> str | None:
+        """Why ``settings`` cannot turn authorizationEnabled on here: without an admin token
+        the admin service, where users are made, would be open to anyone, and nodes would have
+        nothing to vouch for the calls they pass on with."""
+        value = settings.get("authorizationEnabled")
+        if str(value).strip().lower() not in ("true", "1", "yes", "on") or self.options.admin_token:
+            return None
+        return "authorizationEnabled needs an admin token (serve --admin-token-file): users are managed with it"
+
+    def node_metadata(self) -> tuple:
+        """What this node's own data-plane calls carry: a token (every permission), the data
+        token, else the admin token (a store with users and no data token)."""
+        token = TokenSource.of(self.options.data_token) or TokenSource.of(self.options.admin_token)
+        return (("authorization", f"Bearer {token.current()}"),) if token else ()
 
     def _admin_metadata(self) -> tuple:
         token = TokenSource.of(self.options.admin_token)

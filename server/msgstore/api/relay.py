@@ -19,10 +19,11 @@ from typing import Any, Protocol
 
 import grpc
 
+from ..acl.identity import CALLER, origin_headers
 from ..client.errors import status_of
 from ..record import codec
 from ..v1 import msgstore_pb2
-from .auth import TokenSource
+from .auth import peer_host
 
 
 class Host(Protocol):
@@ -133,13 +134,17 @@ class Relay:
         return next((n.group or n.name for n in await server.route("", server.local_route("")) if n.address == address), "")
 
     def _metadata(self, context) -> list[tuple[str, str]]:
+        """The caller's credentials and address go with the call: the serving node checks them."""
         passed = [(k, v) for k, v in context.invocation_metadata() or () if k in PASSED_ON]
-        return [(FORWARDED, "1"), *passed]
+        return [(FORWARDED, "1"), *passed, *self.origin(context)]
+
+    def origin(self, context) -> list[tuple[str, str]]:
+        source = CALLER.get().source or peer_host(context)[0]
+        return origin_headers(self.server.authenticator.cluster_secret(), source)
 
     def _own_metadata(self) -> list[tuple[str, str]]:
-        """A call this node makes for an apache.rocketmq.v2 caller it has checked: with the data token."""
-        token = TokenSource.of(self.server.options.data_token)
-        return [(FORWARDED, "1"), *((("authorization", f"Bearer {token.current()}"),) if token else ())]
+        """A call this node makes for an apache.rocketmq.v2 caller it has checked: with a token."""
+        return [(FORWARDED, "1"), *self.server.node_metadata()]
 
     async def on_master(self, group: str, method: str, request: Any, context) -> bytes | None:
         """For the RocketMQ 5 service, whose calls become msgstore.v1 requests: the answer of

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from ..acl.identity import CALLER
 from ..broker import DelayRefused, RecallHandle, Scheduler
 from ..broker.delivery import ensure_topic
 from ..broker.scheduling import SCHEDULE_PROPERTIES
@@ -149,6 +150,7 @@ class RecallHandlers:
             handle = RecallHandle.decode(request.recall_handle)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: {e}")
+        CALLER.get().require("topic", handle.topic, "pub")
         group = self.server.replica.group if self.server.replica is not None else self.server.node_name
         if handle.group != group:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"recall_handle: names group {handle.group}, this node is of {group}")

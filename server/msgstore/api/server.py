@@ -25,11 +25,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .. import wire
+from ..acl.identity import CALLER, Denied
 from ..record import codec
 from ..v1 import admin_pb2, ha_pb2, msgstore_pb2
+from . import permissions
 from . import validation as v
 from .admin import ControlPlane
-from .auth import TokenInterceptor, TokenSource
+from .auth import TokenInterceptor, peer_host
 from .ha_service import ReplicationPlane
 from .longpoll import ArrivalWaiters
 from .member import (
@@ -52,6 +54,8 @@ DATA_SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MessageStore"]
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
 HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["Replication"]
 # Requests whose handlers take the serialized bytes (decoded by the compiled transcoder).
+# admin calls about a replica group's metadata, which the client sends to every group
+GROUP_ADMIN = frozenset({"PutUser", "DeleteUser", "ListUsers"})
 RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send", "SendStream")}
 
 
@@ -84,6 +88,11 @@ class StoreServer(Member):
             fn = getattr(impl, method.name)
             if service is DATA_SERVICE and method.name not in NEVER_RELAYED:
                 fn = self._relayed(f"/{service.full_name}/{method.name}", method, fn)
+            if service is ADMIN_SERVICE and method.name in GROUP_ADMIN:
+                # through an access point a call names its replica group: served by that group's master
+                fn = self._relayed(f"/{service.full_name}/{method.name}", method, fn)
+            if service is DATA_SERVICE:
+                fn = self._guarded(method, fn)
             parse = None if method.name in raw else _safe_parser(req_cls)  # raw: the handler reads wire bytes itself
             if method.client_streaming:
                 handlers[method.name] = grpc.stream_stream_rpc_method_handler(self._wrap_bidi(method.name, fn), parse, _bytes_or_message)
@@ -145,6 +154,54 @@ class StoreServer(Member):
 
         return unary
 
+    def _guarded(self, method, fn):
+        """``fn`` for a caller who may make this call (acl/, permissions.py): checked here,
+        before the call is served or passed on, and the caller kept for the handler's own
+        checks; else UNAUTHENTICATED or PERMISSION_DENIED naming the user, resource and action."""
+        needs_of = permissions.V1[method.name]
+        authenticator = self.authenticator
+
+        def admit(request, context) -> None:
+            identity = authenticator.identify(context.invocation_metadata(), peer_host(context)[0])
+            if request is not None and not isinstance(request, (v.BadRequest, bytes, bytearray)):
+                permissions.require(identity, needs_of(request))
+            CALLER.set(identity)
+
+        async def refuse(context, e: Denied) -> None:
+            self._count_error(method.name, "UNAUTHENTICATED" if e.unauthenticated else "PERMISSION_DENIED")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
+
+        if method.client_streaming:
+
+            async def bidi(requests, context):
+                try:
+                    admit(None, context)
+                except Denied as e:
+                    await refuse(context, e)
+                return await fn(requests, context)
+
+            return bidi
+        if method.server_streaming:
+
+            async def stream(request, context):
+                try:
+                    admit(request, context)
+                except Denied as e:
+                    await refuse(context, e)
+                async for item in fn(request, context):
+                    yield item
+
+            return stream
+
+        async def unary(request, context):
+            try:
+                admit(request, context)
+            except Denied as e:
+                await refuse(context, e)
+            return await fn(request, context)
+
+        return unary
+
     def _wrap_unary(self, name: str, fn):
         async def handler(request, context):
             if isinstance(request, v.BadRequest):
@@ -157,6 +214,9 @@ class StoreServer(Member):
             except v.TopicNotFound as e:
                 self._count_error(name, "NOT_FOUND")
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            except Denied as e:
+                self._count_error(name, "PERMISSION_DENIED")
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, e.message)
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception as e:  # everything else is our bug: answer, log, keep serving
@@ -179,6 +239,9 @@ class StoreServer(Member):
             except v.TopicNotFound as e:
                 self._count_error(name, "NOT_FOUND")
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            except Denied as e:
+                self._count_error(name, "PERMISSION_DENIED")
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, e.message)
 
         return handler
 
@@ -219,13 +282,18 @@ class StoreServer(Member):
 
     async def start(self) -> None:
         o = self.options
+        refused = self.authorization_refused(o.settings)
+        if refused:
+            raise StartError(refused)
         loop = asyncio.get_running_loop()
         await self._lock_data_dir(loop)
         self.waiters = ArrivalWaiters(loop)
-        data_token = TokenSource.of(o.data_token)
-        metadata = (lambda: (("authorization", f"Bearer {data_token.current()}"),)) if data_token else (lambda: ())
-        self.peers = PeerDirectory(self.advertise, self.node_name, list(o.peers), o.peers_dns, o.peers_file, self._peer_channel, metadata)
-        interceptors = [TokenInterceptor(o.admin_token, o.data_token)] if (o.admin_token or o.data_token) else []
+        self.peers = PeerDirectory(
+            self.advertise, self.node_name, list(o.peers), o.peers_dns, o.peers_file, self._peer_channel, self.node_metadata
+        )
+        # the data plane is checked per call (_guarded: users, the data token); the admin and
+        # replication services take the admin token
+        interceptors = [TokenInterceptor(o.admin_token)] if o.admin_token else []
         self.server = grpc.aio.server(
             interceptors=interceptors,
             options=[

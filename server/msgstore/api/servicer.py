@@ -13,6 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from .. import wire
+from ..acl.identity import CALLER, Denied
 from ..record import codec
 from ..record.selector import Selector
 from ..store import GetStatus, PutStatus, Unavailable
@@ -20,6 +21,7 @@ from ..store.limits import ResourceLimit
 from ..store.results import GetResult, failed
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
+from .auth import peer_host
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
 from .group_service import GroupHandlers
 from .pop_service import PopHandlers
@@ -122,7 +124,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         """``request`` is the raw SendRequest bytes when the compiled transcoder is available
         (see server.RAW_REQUESTS), else a parsed message."""
         await self._ready(context)
-        accepted = self._accept(request, _peer_host(context))
+        accepted = self._accept(request, peer_host(context))
         self.store.dispatcher.wakeup()  # consumers see the batch without waiting for a poll
         try:
             return await self._complete(accepted)
@@ -141,7 +143,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         a queue (that hop was a fifth of a lone request's round trip). ``requests`` yields raw
         SendRequest bytes (or parsed messages without the compiled transcoder); answers are raw
         SendResponse bytes, each naming its request_id."""
-        born = _peer_host(context)
+        born = peer_host(context)
         writing = asyncio.Lock()  # gRPC allows one write at a time
         slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
         waiting: set[asyncio.Task] = set()
@@ -172,6 +174,9 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     accepted = self._accept(request, born)
                 except v.InvalidArgument as e:
                     await write(_refusal(_request_id(request), grpc.StatusCode.INVALID_ARGUMENT, str(e)))
+                    continue
+                except Denied as e:
+                    await write(_refusal(_request_id(request), grpc.StatusCode.PERMISSION_DENIED, e.message))
                     continue
                 if accepted.waits:
                     self.store.dispatcher.wakeup()
@@ -227,6 +232,10 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
             limit = self.server.queue_count(topic)
             if qid >= limit:
                 raise v.InvalidArgument(f"entries[{idx[0]}].queue_id", f"{qid} is out of range: topic {topic} has {limit} queues")
+        caller = CALLER.get()
+        if caller.user is not None:  # every topic allowed before anything is stored
+            for topic in {g[0] for g in groups}:
+                caller.require("topic", topic, "pub")
         # An append is a copy into the page cache, done right here: a thread hop would cost more.
         # Under SYNC_FLUSH the answer then awaits one group-commit request covering all its
         # batches, without parking a thread, so many requests share each fdatasync.
@@ -546,6 +555,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
             raise v.InvalidArgument("by", "give msg_id or commitlog_offset")
         if msg is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no message there (never written, or deleted by retention)")
+        CALLER.get().require("topic", msg.topic, "get")
         return pb.GetMessageResponse(message=message_to_pb(msg))
 
     async def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest, context) -> pb.GetQueueOffsetsResponse:
@@ -603,7 +613,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
 
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:
         await self._ready(context)
-        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self.store.topic_list()])
+        caller = CALLER.get()  # the topics the caller may use at all (RocketMQ's ACL 2.0 lists all to a Cluster List holder)
+        return pb.ListTopicsResponse(topics=[_topic_pb(t) for t in self.store.topic_list() if caller.uses("topic", t.name)])
 
     async def GetRoute(self, request: pb.GetRouteRequest, context) -> pb.GetRouteResponse:
         if request.topic:
@@ -651,22 +662,6 @@ def _pull_response(result: GetResult) -> pb.PullResponse:
             continue
         resp.messages.append(message_to_pb(m))
     return resp
-
-
-def _peer_host(context) -> tuple[str, int]:
-    """The client's address as BORNHOST (ipv4:1.2.3.4:5 / ipv6:[::1]:5 in gRPC's notation)."""
-    peer = context.peer() if context is not None else ""
-    try:
-        kind, _, rest = peer.partition(":")
-        if kind == "ipv4":
-            ip, _, port = rest.rpartition(":")
-            return ip, int(port)
-        if kind == "ipv6":
-            ip, _, port = rest.rpartition(":")
-            return ip.strip("[]").replace("%25", "%").split("%")[0], int(port)
-    except ValueError:
-        pass
-    return "127.0.0.1", 0
 
 
 __all__ = ["DataPlane", "PutStatus"]

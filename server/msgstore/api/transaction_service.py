@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from ..acl.identity import CALLER
 from ..broker.transactions import CommitRefused, TransactionUnavailable, TransactionUnknown
 from ..record.recall_handle import RecallHandle
 from ..v1 import msgstore_pb2 as pb
@@ -29,6 +30,7 @@ class TransactionHandlers:
             handle = RecallHandle.decode(request.transaction_id)
         except ValueError:
             raise v.InvalidArgument("transaction_id", "not a transaction id this store gave out") from None
+        CALLER.get().require("topic", handle.topic, "pub")
         if request.resolution not in (pb.COMMIT, pb.ROLLBACK, pb.UNKNOWN):
             raise v.InvalidArgument("resolution", f"unknown value {request.resolution}")
         await self._ready(context)  # type: ignore[attr-defined]

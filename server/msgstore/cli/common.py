@@ -29,9 +29,21 @@ def token_source(path: str | None, env: str | None):
     return TokenSource(value) if value else None
 
 
+def credentials(args) -> tuple[str | None, str | None]:
+    """(access key, secret key) from --access-key and --secret-file / MSGSTORE_SECRET_KEY."""
+    access_key = getattr(args, "access_key", None)
+    if not access_key:
+        return None, None
+    secret = read_token(getattr(args, "secret_file", None), "MSGSTORE_SECRET_KEY")
+    if not secret:
+        raise SystemExit(f"error: --access-key {access_key} needs its secret key: --secret-file FILE or MSGSTORE_SECRET_KEY")
+    return access_key, secret
+
+
 def open_client(args, send_streams: bool = True):
     from ..client import Client
 
+    access_key, secret_key = credentials(args)
     return Client(
         args.server,
         token=read_token(args.token_file, args.token_env),
@@ -40,6 +52,8 @@ def open_client(args, send_streams: bool = True):
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         server_name=args.server_name,
+        access_key=access_key,
+        secret_key=secret_key,
         timeout=args.timeout,
         send_streams=send_streams,
     )

@@ -17,6 +17,7 @@ from .offline import cmd_fsck, cmd_inspect
 from .pop import cmd_ack, cmd_dlq, cmd_receive
 from .serve import cmd_serve
 from .topics import cmd_route, cmd_topics
+from .users import cmd_users
 
 
 def _port(lowest: int) -> Callable[[str], int]:
@@ -92,6 +93,12 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token-env", default="MSGSTORE_TOKEN", help="environment variable holding the data-plane token")
     g.add_argument("--admin-token-file", help="file holding the admin token")
     g.add_argument("--admin-token-env", default="MSGSTORE_ADMIN_TOKEN", help="environment variable holding the admin token")
+    g.add_argument(
+        "--access-key",
+        default=os.environ.get("MSGSTORE_ACCESS_KEY") or None,
+        help="sign data calls as this user (env MSGSTORE_ACCESS_KEY), with its secret key from --secret-file or MSGSTORE_SECRET_KEY",
+    )
+    g.add_argument("--secret-file", help="file holding the user's secret key")
     g.add_argument("--tls-ca", help="CA bundle to verify the server (enables TLS)")
     g.add_argument("--tls-cert", help="client certificate (mutual TLS)")
     g.add_argument("--tls-key", help="client key (mutual TLS)")
@@ -407,6 +414,42 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--node", help=node_help)
         _connection_options(a)
     s.set_defaults(fn=cmd_admin)
+    a = asub.add_parser("user", help="users who sign calls with an access key and secret key (on every group's master)")
+    usub = a.add_subparsers(dest="user_action", required=True, parser_class=_Parser)
+    u = usub.add_parser("create", help="a new user without permissions (grant them with `admin acl grant`)")
+    u.add_argument("name", metavar="ACCESS_KEY")
+    u.add_argument("--secret-key-file", dest="new_secret_file", help="its secret key (default: one is made and shown once)")
+    u.add_argument("--super", action="store_true", help="a Super user: every permission")
+    _connection_options(u)
+    u.set_defaults(fn=cmd_users)
+    u = usub.add_parser("delete", help="remove a user")
+    u.add_argument("name", metavar="ACCESS_KEY")
+    _connection_options(u)
+    u.set_defaults(fn=cmd_users)
+    u = usub.add_parser("list", help="the users and their entries (never their secrets)")
+    _connection_options(u)
+    u.set_defaults(fn=cmd_users)
+    a = asub.add_parser("acl", help="what a user may do: entries of resource, actions, allow or deny")
+    acl = a.add_subparsers(dest="acl_action", required=True, parser_class=_Parser)
+    g = acl.add_parser("grant", help="add an entry (a deny that matches always wins)")
+    g.add_argument("name", metavar="ACCESS_KEY")
+    g.add_argument("resource", help="topic:NAME, topic:PREFIX*, group:NAME, group:PREFIX*, cluster or *")
+    g.add_argument("actions", help="comma-separated: pub, sub, create, update, delete, get, list, all")
+    g.add_argument("--deny", action="store_true", help="a deny entry (default: allow)")
+    g.add_argument("--source", action="append", metavar="CIDR", help="only for calls from these addresses (repeatable)")
+    _connection_options(g)
+    g.set_defaults(fn=cmd_users)
+    g = acl.add_parser("revoke", help="remove the user's entries on a resource")
+    g.add_argument("name", metavar="ACCESS_KEY")
+    g.add_argument("resource")
+    g.add_argument("--deny", action="store_const", const=True, default=None, help="only its deny entries")
+    g.add_argument("--allow", dest="deny", action="store_const", const=False, help="only its allow entries")
+    _connection_options(g)
+    g.set_defaults(fn=cmd_users)
+    g = acl.add_parser("show", help="a user's entries")
+    g.add_argument("name", metavar="ACCESS_KEY")
+    _connection_options(g)
+    g.set_defaults(fn=cmd_users)
 
     s = sub.add_parser("inspect", help="describe a store directory (offline)")
     _offline_options(s)

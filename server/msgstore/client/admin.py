@@ -57,6 +57,17 @@ class AdminClient:
     def clean_unused_topics(self) -> list[str]:
         return list(self._call("CleanUnusedTopics", apb.CleanRequest()).removed)
 
+    # users and permissions (§16)
+
+    def put_user(self, request: apb.PutUserRequest) -> apb.UserInfo:
+        return self._call("PutUser", request)
+
+    def delete_user(self, access_key: str) -> bool:
+        return self._call("DeleteUser", apb.DeleteUserRequest(access_key=access_key)).deleted
+
+    def users(self) -> list[apb.UserInfo]:
+        return list(self._call("ListUsers", apb.ListUsersRequest()).users)
+
     # replication (§14)
 
     def role_pb(self) -> apb.RoleStatus:

@@ -61,13 +61,15 @@ class AsyncClient(AsyncPopCalls):
         tls_cert: str | None = None,
         tls_key: str | None = None,
         server_name: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
         timeout: float = 10.0,
         failover_timeout: float = 15.0,
     ):
         """``failover_timeout``: how long a send to a replicated group whose master fails waits
         for the group's new master, as :class:`Client`'s."""
         self.endpoints = split_endpoints(endpoints)
-        self.security = Security(token, None, tls_ca, tls_cert, tls_key, server_name)
+        self.security = Security(token, None, tls_ca, tls_cert, tls_key, server_name, access_key, secret_key)
         self.timeout = timeout
         self.failover_timeout = failover_timeout
         self._channels: dict[str, grpc.aio.Channel] = {}

@@ -11,7 +11,7 @@ import grpc
 
 from .aio import AsyncClient
 from .client import StoreError, pull_result
-from .consumer import CLAIM_RETRY_S, MAX_QUEUES_PER_CALL, ConsumerRecord, checked_selector
+from .consumer import CLAIM_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
 from .routing import QueueRef
 
@@ -95,7 +95,9 @@ class AsyncConsumer:
                         resp = await self.client.heartbeat(
                             node.address, m.request(node.address), node=node.name, timeout=min(5.0, m.expiry_s / 2)
                         )
-                    except StoreError:
+                    except StoreError as e:
+                        if e.code in REFUSED_CALLER:  # we may not be of this group: say so
+                            raise
                         continue
                     m.absorb(node, resp, leader is not None and node.address == leader.address)
 
@@ -156,7 +158,9 @@ class AsyncConsumer:
                 committed = await self.client.committed(self.progress_group, self.topic, q) if self.progress_group else -1
                 if committed < 0 and offsets is None:
                     offsets = await self.client.queue_offsets(self.topic, skip_unavailable=True)
-            except StoreError:
+            except StoreError as e:
+                if e.code in REFUSED_CALLER:
+                    raise
                 continue
             if committed >= 0:
                 self.positions[q] = self._committed[q] = committed
@@ -231,6 +235,8 @@ class AsyncConsumer:
             try:
                 return await self.client.pull_queues(self.topic, address, [(q, self.positions[q]) for q in queues], **kw)  # type: ignore[arg-type]
             except StoreError as e:
+                if e.code in REFUSED_CALLER:  # about us, not the node (every node would say it)
+                    raise
                 if e.code == grpc.StatusCode.UNAVAILABLE:  # a failover, say: the next poll asks who serves the queues now
                     try:
                         await self.client.route(self.topic, refresh=True)
@@ -243,7 +249,9 @@ class AsyncConsumer:
         async def one(q: QueueRef) -> tuple[QueueRef, object] | None:
             try:
                 return q, await self.client.pull_response(self.topic, q, self.positions[q], **kw)  # type: ignore[arg-type]
-            except StoreError:
+            except StoreError as e:
+                if e.code in REFUSED_CALLER:
+                    raise
                 return None
 
         return [r for r in await asyncio.gather(*[one(q) for q in queues]) if r is not None]

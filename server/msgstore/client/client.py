@@ -15,6 +15,7 @@ import grpc
 from .. import wire
 from ..record import codec
 from ..record.recall_handle import RecallHandle
+from ..v1 import admin_pb2 as apb
 from ..v1 import admin_pb2_grpc
 from ..v1 import msgstore_pb2 as pb
 from ..v1 import msgstore_pb2_grpc as pbg
@@ -191,6 +192,8 @@ class Client(PopCalls):
         tls_cert: str | None = None,
         tls_key: str | None = None,
         server_name: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
         timeout: float = 10.0,
         failover_timeout: float = 15.0,
         send_streams: bool = True,
@@ -198,9 +201,10 @@ class Client(PopCalls):
         """``failover_timeout``: how long a send to a replicated group whose master fails
         waits for the group's new master before failing (or going to another group).
         ``send_streams=False``: every send is a unary Send (a one-shot program has nothing to
-        gain from a stream and its background threads)."""
+        gain from a stream and its background threads). ``access_key``/``secret_key``: a
+        user's credentials (every data call signed with them, instead of the data token)."""
         self.endpoints = split_endpoints(endpoints)
-        self.security = Security(token, admin_token, tls_ca, tls_cert, tls_key, server_name)
+        self.security = Security(token, admin_token, tls_ca, tls_cert, tls_key, server_name, access_key, secret_key)
         self.timeout = timeout
         self.failover_timeout = failover_timeout
         self._channels: dict[str, grpc.Channel] = {}
@@ -738,6 +742,45 @@ class Client(PopCalls):
             for t in resp.topics:
                 out.setdefault(t.name, {})[n.name] = t.write_queue_nums
         return out
+
+    # ------------------------------------------------------------------ users (§16)
+
+    def _group_masters(self) -> list[str]:
+        """The master of every replica group; a group without a ready one fails the change
+        (its users would differ from the others' until it is made again)."""
+        nodes = self.nodes()
+        down = [n.name for n in nodes if not n.ready]
+        if down:
+            raise StoreError(grpc.StatusCode.UNAVAILABLE, f"no ready master in {', '.join(down)}: change users once every group has one")
+        return [n.address for n in nodes]
+
+    def put_user(
+        self, access_key: str, secret_key: str = "", *, super_user: bool = False, entries: list[dict[str, Any]] | None = None
+    ) -> apb.UserInfo:
+        """Create or replace a user on every replica group's master (``secret_key`` empty:
+        keep its secret). ``entries``: ``{"resource", "actions", "decision", "sourceIps"}``."""
+        req = apb.PutUserRequest(
+            access_key=access_key,
+            secret_key=secret_key,
+            user_type="Super" if super_user else "Normal",
+            entries=[
+                apb.AclEntry(
+                    resource=e["resource"],
+                    actions=[e["actions"]] if isinstance(e["actions"], str) else list(e["actions"]),
+                    decision=e.get("decision", "allow"),
+                    source_ips=list(e.get("sourceIps", ())),
+                )
+                for e in entries or ()
+            ],
+        )
+        return [self.admin(address).put_user(req) for address in self._group_masters()][0]
+
+    def delete_user(self, access_key: str) -> bool:
+        return any([self.admin(address).delete_user(access_key) for address in self._group_masters()])
+
+    def users(self) -> list[apb.UserInfo]:
+        """The users (without secrets), as the first group's master keeps them."""
+        return self.admin(self._group_masters()[0]).users()
 
     # ------------------------------------------------------------------ admin
 

@@ -25,6 +25,7 @@ import grpc
 from ..record import codec
 from ..record.selector import SelectorError, compile_selector
 from .client import Client, StoreError, pull_result
+from .errors import error_from
 from .membership import (
     BROADCASTING,
     CLUSTERING,
@@ -112,6 +113,8 @@ class _Call:
         try:
             resp = f.result()
         except grpc.RpcError as e:
+            if e.code() in REFUSED_CALLER:  # about us, not the node: passing over it would look like no messages
+                raise error_from(e, self.address) from None
             if not self.single and e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.consumer._pull_each.add(self.address)
             return []
@@ -120,6 +123,10 @@ class _Call:
         if self.single:
             return [(self.queues[0], resp)]
         return list(zip(self.queues, resp.results))
+
+
+# what a node says of the caller (its credentials or permissions): every node would say the same
+REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
 def checked_selector(sql: str | None, tag_filter: str | None) -> str | None:
@@ -219,7 +226,9 @@ class Consumer:
                     continue
                 try:
                     resp = self.client.heartbeat(node.address, m.request(node.address), node=node.name, timeout=min(5.0, m.expiry_s / 2))
-                except StoreError:
+                except StoreError as e:
+                    if e.code in REFUSED_CALLER:  # not a node that is down: we may not be of this group
+                        raise
                     continue  # a node that is down: its queues cannot be read anyway
                 m.absorb(node, resp, leader is not None and node.address == leader.address)
 
@@ -279,7 +288,9 @@ class Consumer:
                 committed = self.client.committed(self.progress_group, self.topic, q) if self.progress_group else -1
                 if committed < 0 and offsets is None:
                     offsets = self.client.queue_offsets(self.topic, skip_unavailable=True)
-            except StoreError:
+            except StoreError as e:
+                if e.code in REFUSED_CALLER:  # (every node would refuse us: say so, not "no messages")
+                    raise
                 continue
             if committed >= 0:
                 self.positions[q] = self._committed[q] = committed

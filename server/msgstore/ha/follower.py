@@ -211,7 +211,12 @@ class Follower:
             try:
                 stub = hpbg.ReplicationStub(r.channel(self.master_address))
                 md = await stub.GetMetadata(hpb.GetMetadataRequest(), timeout=5, metadata=r.call_metadata() or None)
-                snapshot = {"topics": md.topics_json, "offsets": md.consumer_offsets_json, "groups": md.subscription_groups_json}
+                snapshot = {
+                    "topics": md.topics_json,
+                    "offsets": md.consumer_offsets_json,
+                    "groups": md.subscription_groups_json,
+                    "users": md.users_json,
+                }
                 if not await self._holds(md.master_end):
                     # positions past checkpoints (pop) this copy has not received yet would, after a
                     # failover, skip messages nobody acknowledged: the next snapshot brings them

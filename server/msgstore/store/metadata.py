@@ -31,13 +31,16 @@ PERM_READ = 4
 PERM_WRITE = 2
 
 
-def write_atomic(path: str, data: bytes, current_is_good: bool = False) -> None:
+def write_atomic(path: str, data: bytes, current_is_good: bool = False, mode: int = 0o666) -> None:
     """``current_is_good``: the file there now is known to parse (we wrote or read it), so it
-    becomes the backup without being parsed again (topics.json of 12,500 topics is 1.3 MB)."""
+    becomes the backup without being parsed again (topics.json of 12,500 topics is 1.3 MB).
+    ``mode``: the new file's permissions (before the umask), 0o600 for secrets."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    if os.path.exists(tmp):
+        os.unlink(tmp)  # (a crashed write's leftover keeps its mode otherwise)
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -216,6 +219,7 @@ class JsonFile:
     way: concurrent commits share one fsync, as concurrent puts share one group commit."""
 
     name = ""
+    mode = 0o666  # permissions of a new file (before the umask)
 
     def __init__(self, config_dir: str):
         self.path = os.path.join(config_dir, self.name)
@@ -231,6 +235,11 @@ class JsonFile:
     @property
     def dirty(self) -> bool:
         return self._changes != self._persisted
+
+    @property
+    def changes(self) -> int:
+        """How many changes were made so far (a version for caches built from the table)."""
+        return self._changes
 
     def changed(self) -> int:
         """Count a change (call with ``lock`` held); returns its number for :meth:`persist_change`."""
@@ -262,7 +271,7 @@ class JsonFile:
             with self.lock:
                 payload = self._payload()
                 snapshot = self._changes
-            write_atomic(self.path, payload, self._written)
+            write_atomic(self.path, payload, self._written, self.mode)
             self._written = True
             self._persisted = max(self._persisted, snapshot)
 
@@ -277,7 +286,7 @@ class JsonFile:
             with self.lock:
                 payload = self._payload()
                 snapshot = self._changes
-            write_atomic(self.path, payload, self._written)
+            write_atomic(self.path, payload, self._written, self.mode)
             self._written = True
             self._persisted = snapshot
 

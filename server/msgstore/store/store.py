@@ -41,6 +41,7 @@ from .running_flags import RunningFlags
 from .segment import Syncer, msync
 from .service import PacedService, PeriodicService, ServiceThread
 from .unit_repair import UnitRepair, record_matches
+from .user_table import UserTable
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +216,8 @@ class MessageStore:
             self.offsets.load()
             self.groups = SubscriptionGroups(self.config_dir)
             self.groups.load()
+            self.users = UserTable(self.config_dir)
+            self.users.load()
             read_json(os.path.join(self.config_dir, DELAY_OFFSET))  # (the broker reads it later: refused here, before serving)
             self.checkpoint = Checkpoint(self.layout.checkpoint_path)
             self.commitlog = CommitLog(self.commitlog_dir, self.config, clock=self.clock, syncer=self.syncer, store_host=self.store_host)
@@ -574,7 +577,7 @@ class MessageStore:
 
     def _followed_metadata(self) -> tuple[tuple[str, Any], ...]:
         """The metadata files a follower takes from its master, by their snapshot names."""
-        return (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups))
+        return (("topics", self.topics), ("offsets", self.offsets), ("groups", self.groups), ("users", self.users))
 
     def metadata_snapshot(self) -> dict[str, str]:
         """Topics, consumer offsets and subscription groups as their files hold them."""

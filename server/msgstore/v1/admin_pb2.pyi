@@ -7,6 +7,62 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AclEntry(_message.Message):
+    __slots__ = ("resource", "actions", "decision", "source_ips")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    decision: str
+    source_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., decision: _Optional[str] = ..., source_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PutUserRequest(_message.Message):
+    __slots__ = ("access_key", "secret_key", "user_type", "entries")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    user_type: str
+    entries: _containers.RepeatedCompositeFieldContainer[AclEntry]
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., user_type: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+
+class UserInfo(_message.Message):
+    __slots__ = ("access_key", "user_type", "entries")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    user_type: str
+    entries: _containers.RepeatedCompositeFieldContainer[AclEntry]
+    def __init__(self, access_key: _Optional[str] = ..., user_type: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+
+class DeleteUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteUserResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[UserInfo]
+    def __init__(self, users: _Optional[_Iterable[_Union[UserInfo, _Mapping]]] = ...) -> None: ...
+
 class ElectRequest(_message.Message):
     __slots__ = ("unclean", "reason", "catch_up_s")
     UNCLEAN_FIELD_NUMBER: _ClassVar[int]

@@ -89,6 +89,21 @@ class AdminStub:
                 request_serializer=msgstore_dot_v1_dot_admin__pb2.ElectRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_admin__pb2.ElectResponse.FromString,
                 _registered_method=True)
+        self.PutUser = channel.unary_unary(
+                '/msgstore.v1.Admin/PutUser',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.PutUserRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.UserInfo.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/msgstore.v1.Admin/DeleteUser',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/msgstore.v1.Admin/ListUsers',
+                request_serializer=msgstore_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -181,6 +196,28 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutUser(self, request, context):
+        """Users and permissions (docs/store-format.md §16). Create or replace a user: its access key,
+        secret key, type and permission entries. Kept in config/users.json, copied to followers
+        (so: on a group's master). A bad entry is INVALID_ARGUMENT naming it (entries[1].actions[0]).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """The users without their secret keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -238,6 +275,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Elect,
                     request_deserializer=msgstore_dot_v1_dot_admin__pb2.ElectRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_admin__pb2.ElectResponse.SerializeToString,
+            ),
+            'PutUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutUser,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.PutUserRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.UserInfo.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.DeleteUserRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=msgstore_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_admin__pb2.ListUsersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -537,6 +589,87 @@ class Admin:
             '/msgstore.v1.Admin/Elect',
             msgstore_dot_v1_dot_admin__pb2.ElectRequest.SerializeToString,
             msgstore_dot_v1_dot_admin__pb2.ElectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/PutUser',
+            msgstore_dot_v1_dot_admin__pb2.PutUserRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.UserInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/DeleteUser',
+            msgstore_dot_v1_dot_admin__pb2.DeleteUserRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.Admin/ListUsers',
+            msgstore_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            msgstore_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
             options,
             channel_credentials,
             insecure,

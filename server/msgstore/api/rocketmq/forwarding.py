@@ -11,17 +11,15 @@ them."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ..relay import MASTER_POLL_S, never_sent
+from ..relay import MASTER_POLL_S, PASSED_ON, never_sent
 from .context import CallContext
 from .protocol import definition as d
 from .protocol import service_grpc
-from .signature import signature
 from .status import Refusal
 
 if TYPE_CHECKING:
@@ -40,17 +38,11 @@ def was_forwarded(context) -> bool:
     return any(k == FORWARDED for k, _ in context.invocation_metadata() or ())
 
 
-def signed(secret: str | None) -> list[tuple[str, str]]:
-    """Metadata of a call this node makes itself (signed with the data token when there is one)."""
-    out = [(FORWARDED, "1")]
-    if secret:
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        sig = signature(secret, stamp)
-        out += [
-            ("x-mq-date-time", stamp),
-            ("authorization", f"MQv2-HMAC-SHA1 Credential=msgstore, SignedHeaders=x-mq-date-time, Signature={sig}"),
-        ]
-    return out
+def passed_on(context, relay) -> list[tuple[str, str]]:
+    """Metadata of a forwarded call: the caller's own signature and address (the master checks
+    the caller itself)."""
+    kept = [(k, v) for k, v in context.invocation_metadata() or () if k in PASSED_ON]
+    return [(FORWARDED, "1"), *kept, *relay.origin(context)]
 
 
 class Forwarder:
@@ -86,7 +78,7 @@ class Forwarder:
             stub = service_grpc.MessagingServiceStub(server._ha_channel(address))
             try:
                 left = max(0.001, deadline - time.monotonic())
-                return await getattr(stub, method)(request, metadata=signed(self.service.secret()), timeout=left)
+                return await getattr(stub, method)(request, metadata=passed_on(context, server.relay), timeout=left)
             except grpc.aio.AioRpcError as e:
                 server.relay.forget(address)
                 again = never_sent(e) or (method in REPEATABLE and e.code() == grpc.StatusCode.UNAVAILABLE)

@@ -26,11 +26,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import message_factory
 
+from ...acl.identity import CALLER, Denied
 from ...broker.pop import PopUnavailable, ReceiptExpired
 from ...record.recall_handle import RecallHandle
 from ...record.receipt import Receipt
 from ...v1 import msgstore_pb2 as pb
+from .. import permissions
 from .. import validation as v
+from ..auth import peer_host
 from . import messages
 from .context import CallContext, client_id
 from .forwarding import Forwarder
@@ -38,7 +41,6 @@ from .protocol import SERVICE
 from .protocol import definition as d
 from .protocol import service as s
 from .renewal import Renewals
-from .signature import verify
 from .status import SEND_CODES, Refusal, field_code, status
 from .telemetry import Telemetry
 
@@ -112,6 +114,8 @@ def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -
         code, message = field_code(e.field), str(e)
     elif isinstance(e, v.TopicNotFound):
         code, message = d.TOPIC_NOT_FOUND, str(e)
+    elif isinstance(e, Denied):
+        code, message = d.UNAUTHORIZED if e.unauthenticated else d.FORBIDDEN, e.message
     else:  # our bug: say so in the status, keep serving
         log.error("v2 %s failed", name, exc_info=e)
         code, message = d.INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}"
@@ -139,16 +143,17 @@ class MessagingService:
     def store(self):
         return self.server.store
 
-    def secret(self) -> str | None:
-        token = self.server.options.data_token
-        if token is None:
-            return None
-        return token if isinstance(token, str) else token.current()
-
-    def authorize(self, context: grpc.aio.ServicerContext) -> None:
-        secret = self.secret()
-        if secret:
-            verify(secret, context.invocation_metadata())
+    def authorize(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        """The caller signed in and may make this call (acl/, permissions.v2_needs), else a
+        Refusal: UNAUTHORIZED (who it is is unknown) or FORBIDDEN naming user, resource, action.
+        The caller is kept for the msgstore.v1 handlers the call runs through."""
+        try:
+            identity = self.server.authenticator.identify(context.invocation_metadata(), peer_host(context)[0])
+            if request is not None:
+                permissions.require(identity, permissions.v2_needs(method, request))
+        except Denied as e:
+            raise Refusal(d.UNAUTHORIZED if e.unauthenticated else d.FORBIDDEN, e.message) from None
+        CALLER.set(identity)
 
     # ------------------------------------------------------------------ routes
 
@@ -715,7 +720,7 @@ class MessagingService:
     def _unary(self, name: str, fn: Callable[[Any, Any], Awaitable[Any]], resp_cls, count_error):
         async def handler(request, context):
             try:
-                self.authorize(context)
+                self.authorize(name, request, context)
                 return await fn(request, context)
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
@@ -727,7 +732,7 @@ class MessagingService:
     def _streaming(self, name: str, fn: Callable[[Any, Any], AsyncIterator[Any]], resp_cls, count_error):
         async def handler(request, context):
             try:
-                self.authorize(context)
+                self.authorize(name, request, context)
                 async for item in fn(request, context):
                     yield item
             except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -739,7 +744,7 @@ class MessagingService:
 
     async def _telemetry(self, requests, context) -> None:
         try:
-            self.authorize(context)
+            self.authorize("Telemetry", None, context)
         except Refusal as e:
             await context.write(s.TelemetryCommand(status=status(e.code, e.message)))
             return
