@@ -1,4 +1,4 @@
-"""Users and what they may do (docs/store-format.md §16), after RocketMQ 5.3's ACL 2.0.
+"""Users and what they may do (docs/store-format.md §20), after RocketMQ 5.3's ACL 2.0.
 
 A user is an access key and a secret key. Its entries each name a resource pattern, actions,
 allow or deny, and optionally the source addresses they apply to:

@@ -1,4 +1,4 @@
-"""What each call needs (docs/store-format.md §16.3): the resource and action a msgstore.v1 or
+"""What each call needs (docs/store-format.md §20.2): the resource and action a msgstore.v1 or
 apache.rocketmq.v2 request names, checked against the caller's entries before it runs.
 
 Follows RocketMQ 5.3's ACL 2.0 where it has the same call: sending is ``pub`` on the topic;

@@ -1,5 +1,5 @@
 """The admin calls that keep users and their permission entries (PutUser, DeleteUser,
-ListUsers; docs/store-format.md §16). Validation is the policy module's; the table is the
+ListUsers; docs/store-format.md §20). Validation is the policy module's; the table is the
 store's ``config/users.json``, which followers copy from their master like the topics."""
 
 from __future__ import annotations

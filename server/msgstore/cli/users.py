@@ -1,5 +1,5 @@
 """``admin user`` and ``admin acl``: users and their permission entries (docs/store-format.md
-§16), kept on every replica group's master with the admin token."""
+§20), kept on every replica group's master with the admin token."""
 
 from __future__ import annotations
 

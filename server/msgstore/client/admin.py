@@ -57,7 +57,7 @@ class AdminClient:
     def clean_unused_topics(self) -> list[str]:
         return list(self._call("CleanUnusedTopics", apb.CleanRequest()).removed)
 
-    # users and permissions (§16)
+    # users and permissions (§20)
 
     def put_user(self, request: apb.PutUserRequest) -> apb.UserInfo:
         return self._call("PutUser", request)

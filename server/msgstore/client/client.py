@@ -743,7 +743,7 @@ class Client(PopCalls):
                 out.setdefault(t.name, {})[n.name] = t.write_queue_nums
         return out
 
-    # ------------------------------------------------------------------ users (§16)
+    # ------------------------------------------------------------------ users (§20)
 
     def _group_masters(self) -> list[str]:
         """The master of every replica group; a group without a ready one fails the change

@@ -1,5 +1,5 @@
 """``config/users.json``: the store's users and their permission entries (docs/store-format.md
-§10.5), kept beside the topics and groups and copied to followers with them.
+§10, §20), kept beside the topics and groups and copied to followers with them.
 
 The store keeps each user as the JSON object the admin API validated (``acl/``); it does not
 read the entries itself, so a newer policy field survives an older node's rewrite. Secrets are
