@@ -81,6 +81,7 @@ class ServerOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    tls_ca: str | None = None  # CA bundle to verify the other members with (default: tls_client_ca, else tls_cert)
     peers: list[str] = field(default_factory=list)
     peers_dns: str | None = None
     peers_file: str | None = None
@@ -311,7 +312,7 @@ class Member:
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
         o = self.options
         if o.tls_cert:
-            with open(o.tls_client_ca or o.tls_cert, "rb") as f:
+            with open(o.tls_ca or o.tls_client_ca or o.tls_cert, "rb") as f:  # (read for each channel: a renewed CA is used)
                 roots = f.read()
             chain = key = None
             if o.tls_client_ca:

@@ -47,6 +47,7 @@ from .rocketmq.protocol import SERVICE as ROCKETMQ_SERVICE
 from .rocketmq.service import MessagingService
 from .route import PeerDirectory
 from .servicer import DataPlane
+from .tls import ServerCertificates
 
 log = logging.getLogger(__name__)
 
@@ -268,15 +269,10 @@ class StoreServer(Member):
         o = self.options
         if not o.tls_cert:
             return None
-        with open(o.tls_cert, "rb") as f:
-            cert = f.read()
-        with open(o.tls_key, "rb") as f:
-            key = f.read()
-        ca = None
-        if o.tls_client_ca:
-            with open(o.tls_client_ca, "rb") as f:
-                ca = f.read()
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+        try:
+            return ServerCertificates(o.tls_cert, o.tls_key, o.tls_client_ca).credentials()
+        except (OSError, ValueError) as e:
+            raise StartError(str(e)) from None
 
     # ------------------------------------------------------------------ lifecycle
 

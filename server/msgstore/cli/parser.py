@@ -212,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", help="server key")
     s.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
     s.add_argument(
+        "--tls-ca",
+        help="CA bundle to verify the other members with (replication, forwarded calls; default: --tls-client-ca, else --tls-cert)",
+    )
+    s.add_argument(
         "--access-point",
         nargs="?",
         const="",

@@ -39,6 +39,7 @@ def cmd_serve(args) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
+        tls_ca=args.tls_ca,
         peers=peers,
         peers_dns=args.peers_dns,
         peers_file=args.peers_file,
