@@ -7,15 +7,21 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
+import threading
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 from rocketmq import ClientConfiguration, Credentials, Producer
 
 from msgstore.acl import signature
+from msgstore.acl.identity import ORIGIN_TIME, Authenticator, Users, origin_headers
 from msgstore.acl.policy import ACTIONS, PolicyError, User, parse_user
 from msgstore.api import permissions
 from msgstore.api.rocketmq.protocol import SERVICE as V2_SERVICE
+from msgstore.api.rocketmq.protocol import definition as v2d
+from msgstore.api.rocketmq.protocol import service as v2s
+from msgstore.api.rocketmq.protocol import service_grpc
 from msgstore.client import Client, Consumer, OutMessage, QueueRef, StoreError
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
@@ -62,6 +68,27 @@ def test_a_policy_that_cannot_mean_what_it_says_is_refused_naming_the_field(entr
     with pytest.raises(PolicyError) as e:
         user(entries)
     assert e.value.field == field and says in e.value.reason, str(e.value)
+
+
+def test_an_allow_with_exceptions_is_no_contradiction():
+    """``all`` but delete: a deny that voids only part of an allow is how exceptions are written."""
+    u = user([{"resource": "topic:orders", "actions": ["all"]}, {"resource": "topic:orders", "actions": ["delete"], "decision": "deny"}])
+    assert u.decide("topic", "orders", "pub", None)[0] and not u.decide("topic", "orders", "delete", None)[0]
+    assert u.uses("topic", "orders", None) and not u.uses("topic", "payroll", None)
+    only_denied = user([{"resource": "topic:*", "actions": ["pub"]}, {"resource": "topic:secret", "actions": ["all"], "decision": "deny"}])
+    assert not only_denied.uses("topic", "secret", None) and only_denied.uses("topic", "orders", None)
+
+
+def test_a_forwarded_address_is_taken_only_with_a_fresh_proof_for_that_signature():
+    auth = Authenticator(Users(lambda: None), enabled=lambda: True, data_token=lambda: None, admin_token=lambda: "cluster-secret")
+    signed = list(signature.sign("someone", "a-long-secret"))
+    vouched = origin_headers("cluster-secret", "10.1.2.3", signed)
+    assert auth._source(signed + vouched, "127.0.0.9") == "10.1.2.3"
+    other = list(signature.sign("someone-else", "a-long-secret"))
+    assert auth._source(other + vouched, "127.0.0.9") == "127.0.0.9"  # the proof was for another signature
+    assert auth._source(signed + origin_headers("not-the-secret", "10.1.2.3", signed), "127.0.0.9") == "127.0.0.9"
+    stale = [(k, str(int(v) - 3600) if k == ORIGIN_TIME else v) for k, v in vouched]
+    assert auth._source(signed + stale, "127.0.0.9") == "127.0.0.9"  # an hour old (and its proof no longer matches)
 
 
 def test_access_keys_and_secrets_are_checked():
@@ -305,10 +332,13 @@ def test_a_follower_copies_the_users_and_checks_calls_with_them(groups, tmp_path
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_checks_cannot_be_turned_on_without_an_admin_token(servers):
+def test_checks_cannot_be_turned_on_without_an_admin_token(servers, tmp_path):
     """Users are made on the admin service: without an admin token it would be open to anyone."""
-    node = servers("open")
-    with Client(node.address, timeout=10) as c:
+    (tmp_path / "data-token").write_text("dt")
+    node = servers("open", args=["--token-file", str(tmp_path / "data-token")])
+    with Client(node.address, token="dt", timeout=10) as c:
+        # a data token alone turns checks on, but users cannot be made without an admin token
+        denied(lambda: c.put_user(*PRODUCER), grpc.StatusCode.FAILED_PRECONDITION, "admin token")
         denied(
             lambda: c.admin(node.address).update_config({"authorizationEnabled": True}),
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -318,3 +348,57 @@ def test_checks_cannot_be_turned_on_without_an_admin_token(servers):
         assert c.send("anything", b"still open").status == "PUT_OK"
     refused = cli.run("serve", "--data-dir", node.data_dir + "-2", "--port", "0", "--set", "authorizationEnabled=true", check=False)
     assert refused.returncode != 0 and "needs an admin token" in refused.stderr.decode()
+
+
+def test_checks_persisted_on_do_not_start_without_the_admin_token(servers, tmp_path):
+    """Turned on with `admin config set` (persisted in store.json), then started again without
+    the admin token: the store does not serve, saying why, instead of serving with an open admin service."""
+    (tmp_path / "admin").write_text(ADMIN)
+    node = servers("persisted", args=["--admin-token-file", str(tmp_path / "admin")])
+    with Client(node.address, admin_token=ADMIN, timeout=10) as c:
+        c.admin(node.address).update_config({"authorizationEnabled": True})
+    node.terminate()
+    node.extra = []
+    node.start(wait=False)
+    wait_until(lambda: "it is on in config/store.json" in open(node.log_path).read(), what="the store to refuse to serve")
+    assert node.health() == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_check_backs_reach_only_producers_allowed_to_publish_the_topic(servers, tmp_path):
+    """A check-back carries the whole half message: a caller allowed the producer group but not
+    the topic gets none, over either protocol, and a legitimate producer is asked every time."""
+    (tmp_path / "admin").write_text(ADMIN)
+    node = servers(
+        "checks",
+        args=["--admin-token-file", str(tmp_path / "admin")],
+        settings=["authorizationEnabled=true", "transactionTimeOut=200", "transactionCheckInterval=200", "transactionCheckMax=100"],
+    )
+    with Client(node.address, admin_token=ADMIN, timeout=10) as admin:
+        admin.put_user("snoop", "snoop-secret-1", entries=[{"resource": "group:ledger", "actions": ["pub"]}])
+        admin.create_topic("payroll", 1)
+    snoop_meta = list(signature.sign("snoop", "snoop-secret-1"))
+    with grpc.insecure_channel(node.address) as ch:
+        # v2: a Telemetry stream naming a topic it may not publish is refused
+        v2 = service_grpc.MessagingServiceStub(ch)
+        settings = v2d.Settings(client_type=v2d.PRODUCER, publishing=v2d.Publishing(topics=[v2d.Resource(name="payroll")]))
+        answers = list(v2.Telemetry(iter([v2s.TelemetryCommand(settings=settings)]), metadata=snoop_meta, timeout=10))
+        assert answers[0].status.code == v2d.FORBIDDEN and "topic:payroll" in answers[0].status.message
+        # v1: its TransactionChecks stream for the group is let in, but hears nothing of payroll's halves
+        snooping = pbg.MessageStoreStub(ch).TransactionChecks(pb.TransactionChecksRequest(producer_group="ledger"), metadata=snoop_meta)
+        heard: list = []
+        def listen() -> None:
+            try:
+                heard.extend(snooping)
+            except grpc.RpcError:
+                pass  # (cancelled at the end)
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        asked: list = []
+        with Client(node.address, admin_token=ADMIN, timeout=10) as owner:
+            with owner.transaction_producer("ledger", lambda m: asked.append(m.topic) or "unknown") as producer:
+                producer.send("payroll", b"salary 1")
+                wait_until(lambda: len(asked) >= 3, what="the owner to be asked three times")
+        snooping.cancel()
+        listener.join(10)
+    assert set(asked) == {"payroll"} and heard == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,9 +22,15 @@ from .policy import PolicyError, User, parse_user
 
 ORIGIN = "x-msgstore-origin"
 ORIGIN_PROOF = "x-msgstore-origin-proof"
+ORIGIN_TIME = "x-msgstore-origin-time"
+ORIGIN_WINDOW_S = 300  # how far the vouching node's clock and this one's may differ
 HELP = (
     "sign calls with an access key and secret key (--access-key/--secret-file, MSGSTORE_ACCESS_KEY/MSGSTORE_SECRET_KEY, Credentials(...))"
 )
+
+
+class NotReady(Exception):
+    """The users are not loaded yet (the store is recovering): ask again (UNAVAILABLE)."""
 
 
 class Denied(Exception):
@@ -58,7 +65,7 @@ class Identity:
 
     def uses(self, kind: str, name: str) -> bool:
         """Whether any action on the resource is allowed (what a listing shows)."""
-        return self.user is None or any(self.may(kind, name, a) for a in ("pub", "sub", "get", "create", "update", "delete", "list"))
+        return self.user is None or self.user.uses(kind, name, self.source)
 
 
 OPEN = Identity("", None)
@@ -67,15 +74,20 @@ OPEN = Identity("", None)
 CALLER: contextvars.ContextVar[Identity] = contextvars.ContextVar("msgstore_caller", default=OPEN)
 
 
-def origin_proof(secret: str, origin: str) -> str:
-    return hmac.new(secret.encode(), b"origin:" + origin.encode(), hashlib.sha256).hexdigest()
+def origin_proof(secret: str, origin: str, stamp: str, authorization: str) -> str:
+    """Binds the address to the time it was vouched for and to the caller's own signature: a
+    captured proof is good for that signature only, and for ORIGIN_WINDOW_S."""
+    text = f"origin:{origin}|{stamp}|{authorization}".encode()
+    return hmac.new(secret.encode(), text, hashlib.sha256).hexdigest()
 
 
-def origin_headers(secret: str | None, origin: str | None) -> list[tuple[str, str]]:
+def origin_headers(secret: str | None, origin: str | None, metadata) -> list[tuple[str, str]]:
     """What a node adds to a call it passes on, so the next node judges the caller's address."""
     if not secret or not origin:
         return []
-    return [(ORIGIN, origin), (ORIGIN_PROOF, origin_proof(secret, origin))]
+    stamp = str(int(time.time()))
+    proof = origin_proof(secret, origin, stamp, signature.header(metadata, "authorization") or "")
+    return [(ORIGIN, origin), (ORIGIN_TIME, stamp), (ORIGIN_PROOF, proof)]
 
 
 class Users:
@@ -89,7 +101,7 @@ class Users:
     def get(self, name: str) -> User | None:
         table = self._table_of()
         if table is None:
-            return None
+            raise NotReady("the store is starting (its users are not loaded yet): try again")
         version = (id(table), table.changes)  # type: ignore[attr-defined]
         if version != self._seen:
             users = {}
@@ -153,7 +165,9 @@ class Authenticator:
         origin = signature.header(metadata, ORIGIN)
         secret = self.cluster_secret()
         if origin and secret:
+            stamp = signature.header(metadata, ORIGIN_TIME) or ""
             proof = signature.header(metadata, ORIGIN_PROOF) or ""
-            if hmac.compare_digest(proof, origin_proof(secret, origin)):
+            expected = origin_proof(secret, origin, stamp, signature.header(metadata, "authorization") or "")
+            if stamp.isdigit() and abs(time.time() - int(stamp)) <= ORIGIN_WINDOW_S and hmac.compare_digest(proof, expected):
                 return origin
         return peer_host

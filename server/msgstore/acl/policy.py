@@ -13,8 +13,8 @@ allow or deny, and optionally the source addresses they apply to:
 - nothing matching is a deny. A super user may do everything (RocketMQ's ``Super`` type).
 
 A policy that cannot mean what it says is refused when it is set, naming the field: an unknown
-action, a wildcard anywhere but at the end, a name no topic or group can have, and an allow and a
-deny of the same action on the same resource for the same sources."""
+action, a wildcard anywhere but at the end, a name no topic or group can have, and an allow
+that a deny of the same resource and sources voids entirely."""
 
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ class Entry:
     sources: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     def covers(self, action: str, source: str | None) -> bool:
-        if "all" not in self.actions and action not in self.actions:
-            return False
+        return ("all" in self.actions or action in self.actions) and self.applies_from(source)
+
+    def applies_from(self, source: str | None) -> bool:
         if not self.sources:
             return True
         ip = _address(source)
@@ -107,6 +108,18 @@ class User:
             "userType": "Super" if self.super_user else "Normal",
             "entries": [e.to_json() for e in self.entries],
         }
+
+    def uses(self, kind: str, name: str, source: str | None) -> bool:
+        """Whether any action on the resource is allowed (one pass over the entries: a listing
+        asks this of every topic)."""
+        if self.super_user:
+            return True
+        allowed: set[str] = set()
+        denied: set[str] = set()
+        for e in self.entries:
+            if e.resource.matches(kind, name) and e.applies_from(source):
+                (allowed if e.allow else denied).update(_expanded(e.actions))
+        return bool(allowed - denied)
 
     def decide(self, kind: str, name: str, action: str, source: str | None) -> tuple[bool, str]:
         """(allowed, why): why names the entry that decided, or that none matched."""
@@ -211,28 +224,26 @@ def parse_entry(raw: object, field: str) -> Entry:
 
 
 def check_entries(entries: list[Entry], field: str = "entries") -> None:
-    """Refuse an allow and a deny that say opposite things of the same thing."""
+    """Refuse an allow that a deny of the same resource and sources voids entirely (a deny
+    always wins, so it could never allow anything). An allow of ``all`` beside a deny of
+    ``delete`` is fine: everything but deleting."""
     if len(entries) > MAX_ENTRIES:
         raise PolicyError(field, f"at most {MAX_ENTRIES} entries per user")
     for j, b in enumerate(entries):
         for i, a in enumerate(entries[:j]):
             if a.allow == b.allow or a.resource != b.resource or set(a.sources) != set(b.sources):
                 continue
-            common = _expanded(a.actions) & _expanded(b.actions)
-            if common:
+            allow, deny = (a, b) if a.allow else (b, a)
+            if _expanded(allow.actions) <= _expanded(deny.actions):
                 raise PolicyError(
                     f"{field}[{j}]",
-                    f"{b.describe()} contradicts {field}[{i}] ({a.describe()}) on {_named(common)}: "
-                    "a deny would always win, so drop one of them",
+                    f"{b.describe()} contradicts {field}[{i}] ({a.describe()}): the deny covers every action the "
+                    "allow names, and a deny always wins, so the allow would never allow anything: drop one of them",
                 )
 
 
 def _expanded(actions: frozenset[str]) -> set[str]:
     return set(ACTIONS) if "all" in actions else set(actions)
-
-
-def _named(actions: set[str]) -> str:
-    return "all" if actions == set(ACTIONS) else ", ".join(a for a in ACTIONS if a in actions)
 
 
 def check_access_key(name: object, field: str = "access_key") -> str:

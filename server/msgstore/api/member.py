@@ -348,6 +348,11 @@ class Member:
             self.recovery_error = str(e)
             log.error("store failed to start: %s", e)
             return
+        refused = self.authorization_refused({"authorizationEnabled": self.store.config.authorizationEnabled})
+        if refused:  # (persisted by an earlier `admin config set`: the start-up flags alone did not show it)
+            self.recovery_error = f"{refused}; it is on in config/store.json"
+            log.error("store failed to start: %s", self.recovery_error)
+            return
         if self.stopping:
             return
         try:

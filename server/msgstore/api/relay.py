@@ -140,11 +140,7 @@ class Relay:
 
     def origin(self, context) -> list[tuple[str, str]]:
         source = CALLER.get().source or peer_host(context)[0]
-        return origin_headers(self.server.authenticator.cluster_secret(), source)
-
-    def _own_metadata(self) -> list[tuple[str, str]]:
-        """A call this node makes for an apache.rocketmq.v2 caller it has checked: with a token."""
-        return [(FORWARDED, "1"), *self.server.node_metadata()]
+        return origin_headers(self.server.authenticator.cluster_secret(), source, context.invocation_metadata())
 
     async def on_master(self, group: str, method: str, request: Any, context) -> bytes | None:
         """For the RocketMQ 5 service, whose calls become msgstore.v1 requests: the answer of
@@ -154,7 +150,8 @@ class Relay:
         address = await self.target(context, group, method in READS)
         if address is None:
             return None
-        return await self.unary(f"/{DATA_SERVICE_NAME}/{method}", request, context, address, self._own_metadata(), group)
+        # (the caller's own signature goes with it: the master checks the caller itself, §20)
+        return await self.unary(f"/{DATA_SERVICE_NAME}/{method}", request, context, address, self._metadata(context), group)
 
     async def unary(self, path: str, request: Any, context, address: str, metadata: list | None = None, group: str = "") -> bytes | None:
         """The master's answer; None when it turns out the call is to be served here (this node

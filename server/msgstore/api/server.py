@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .. import wire
-from ..acl.identity import CALLER, Denied
+from ..acl.identity import CALLER, Denied, NotReady
 from ..record import codec
 from ..v1 import admin_pb2, ha_pb2, msgstore_pb2
 from . import permissions
@@ -168,7 +168,9 @@ class StoreServer(Member):
                 permissions.require(identity, needs_of(request))
             CALLER.set(identity)
 
-        async def refuse(context, e: Denied) -> None:
+        async def refuse(context, e: Denied | NotReady) -> None:
+            if isinstance(e, NotReady):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             self._count_error(method.name, "UNAUTHENTICATED" if e.unauthenticated else "PERMISSION_DENIED")
             await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
 
@@ -177,7 +179,7 @@ class StoreServer(Member):
             async def bidi(requests, context):
                 try:
                     admit(None, context)
-                except Denied as e:
+                except (Denied, NotReady) as e:
                     await refuse(context, e)
                 return await fn(requests, context)
 
@@ -187,7 +189,7 @@ class StoreServer(Member):
             async def stream(request, context):
                 try:
                     admit(request, context)
-                except Denied as e:
+                except (Denied, NotReady) as e:
                     await refuse(context, e)
                 async for item in fn(request, context):
                     yield item
@@ -197,7 +199,7 @@ class StoreServer(Member):
         async def unary(request, context):
             try:
                 admit(request, context)
-            except Denied as e:
+            except (Denied, NotReady) as e:
                 await refuse(context, e)
             return await fn(request, context)
 

@@ -45,7 +45,7 @@ class TransactionHandlers:
             return pb.EndTransactionResponse()  # checked back again later
         try:
             await asyncio.get_running_loop().run_in_executor(
-                server.executor, broker.transactions.end, handle.uniq_key, request.resolution == pb.COMMIT
+                server.executor, broker.transactions.end, handle.uniq_key, request.resolution == pb.COMMIT, handle.topic
             )
         except TransactionUnknown as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"transaction_id: {e}")
@@ -63,7 +63,8 @@ class TransactionHandlers:
         if not server._broker_master():  # the client listens on the group's master (after a failover too)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is not its group's master: listen on the master")
         listeners = server.check_listeners
-        q = listeners.add(group)
+        caller = CALLER.get()
+        q = listeners.add(group, None if caller.user is None else lambda topic: caller.may("topic", topic, "pub"))
         try:
             while not server.stopping and server._broker_master():
                 try:

@@ -46,6 +46,10 @@ class UserHandlers:
     server: Member
 
     async def _users_master(self, context) -> None:
+        if not self.server.options.admin_token:  # (else anyone could make themselves a Super user)
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, "users are managed with the admin token: start the store with --admin-token-file"
+            )
         replica = self.server.replica
         if replica is not None and not replica.is_master:
             await context.abort(

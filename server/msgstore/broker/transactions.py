@@ -204,8 +204,10 @@ class TransactionService(ProgressFile):
 
     # ------------------------------------------------------------------ ending a transaction
 
-    def end(self, uniq: str, commit: bool) -> None:
-        """Commit (the message becomes visible, exactly once) or roll back. Raises
+    def end(self, uniq: str, commit: bool, topic: str | None = None) -> None:
+        """Commit (the message becomes visible, exactly once) or roll back. ``topic``: the
+        topic the transaction id names, which must be the half message's (a caller allowed to
+        publish one topic must not end another topic's transactions). Raises
         TransactionUnknown, TransactionUnavailable."""
         self.take_new()
         with self.lock:
@@ -217,6 +219,11 @@ class TransactionService(ProgressFile):
             halves = [self.open[o] for o in sorted(self.by_uniq.get(uniq, [])) if o in self.open]
             if not halves:
                 raise TransactionUnknown(f"no open transaction {uniq} here: it was resolved already, or it is not this node's")
+            if topic is not None:
+                half = self._half(halves[0].offset)
+                real = restored(half) if half is not None else None
+                if real is not None and real.topic != topic:
+                    raise TransactionUnknown(f"no open transaction {uniq} of topic {topic} here")
             for dup in halves[1:]:  # the same message stored twice (a send retried): one outcome, the copies first
                 self._end(dup, "r")
             self._end(halves[0], "c" if commit else "r")

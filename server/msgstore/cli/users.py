@@ -7,6 +7,7 @@ import json
 import secrets
 from typing import Any
 
+from ..acl.policy import PolicyError, parse_resource
 from ..output import table as _table
 from .common import error, note, open_client, read_token
 
@@ -108,7 +109,12 @@ def _acl_action(c, args) -> int:
             entry["sourceIps"] = args.source
         entries.append(entry)
     else:  # revoke
-        kept = [e for e in entries if not (e["resource"] == args.resource and (args.deny is None or e["decision"] == decision))]
+        try:
+            resource = str(parse_resource(args.resource, "resource"))  # as the store keeps it (Topic:x is topic:x)
+        except PolicyError as e:
+            error(args, str(e), "INVALID_ARGUMENT")
+            return 1
+        kept = [e for e in entries if not (e["resource"] == resource and (args.deny is None or e["decision"] == decision))]
         if len(kept) == len(entries):
             error(args, f"{args.name} has no entry on {args.resource}", "NOT_FOUND")
             return 1

@@ -766,7 +766,7 @@ class Client(PopCalls):
             entries=[
                 apb.AclEntry(
                     resource=e["resource"],
-                    actions=[e["actions"]] if isinstance(e["actions"], str) else list(e["actions"]),
+                    actions=e["actions"].split(",") if isinstance(e["actions"], str) else list(e["actions"]),
                     decision=e.get("decision", "allow"),
                     source_ips=list(e.get("sourceIps", ())),
                 )

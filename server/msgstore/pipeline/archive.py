@@ -50,6 +50,9 @@ def plan(client, topics: list[str], group: str = GROUP) -> tuple[dict, dict, int
     return start, end, rows
 
 
+CLIENT_OPTIONS = ("token", "access_key", "secret_key", "tls_ca", "tls_cert", "tls_key", "server_name")
+
+
 def archive(
     spark,
     endpoints: list[str],
@@ -64,7 +67,7 @@ def archive(
     from ..client.lease import QueueLease
 
     opts = dict(client_options or {})
-    client = Client(endpoints, **{k: v for k, v in opts.items() if k in ("token", "tls_ca", "tls_cert", "tls_key", "server_name")})
+    client = Client(endpoints, **{k: v for k, v in opts.items() if k in CLIENT_OPTIONS})
     try:
         with QueueLease(client, group, topics, client_id=f"archive@{socket.gethostname()}@{os.getpid()}"):
             return _archive(spark, client, endpoints, topics, out, group, fail_on_data_loss, opts)
@@ -95,6 +98,8 @@ def _archive(
     )
     for k, v in (
         ("token", opts.get("token")),
+        ("accessKey", opts.get("access_key")),
+        ("secretKey", opts.get("secret_key")),
         ("tlsCa", opts.get("tls_ca")),
         ("tlsCert", opts.get("tls_cert")),
         ("tlsKey", opts.get("tls_key")),

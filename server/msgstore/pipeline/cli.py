@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -30,7 +31,19 @@ def add_commands(sub) -> None:
     for job in (a, s, v):
         job.add_argument("--master", help="Spark master URL (default local[*])")
         job.add_argument("--token", help="data-plane token, when the store requires one")
+        job.add_argument(
+            "--access-key", default=os.environ.get("MSGSTORE_ACCESS_KEY") or None, help="read as this user (env MSGSTORE_ACCESS_KEY)"
+        )
+        job.add_argument("--secret-file", help="the user's secret key (or env MSGSTORE_SECRET_KEY)")
     p.set_defaults(fn=run)
+
+
+def _user(args) -> dict[str, str]:
+    """A user's credentials from --access-key and --secret-file / MSGSTORE_SECRET_KEY."""
+    from ..cli.common import credentials
+
+    access_key, secret_key = credentials(args)
+    return {"access_key": access_key, "secret_key": secret_key} if access_key and secret_key else {}
 
 
 def run(args) -> int:
@@ -56,7 +69,7 @@ def _archive(spark, args) -> int:
         args.out,
         group=args.group,
         fail_on_data_loss=not args.allow_data_loss,
-        client_options={"token": args.token},
+        client_options={"token": args.token, **_user(args)},
     )
     if args.json:
         print(json.dumps({"rows": res.rows, "ranges": res.ranges}))
@@ -80,6 +93,8 @@ def _stats(spark, args) -> int:
         reader = reader.option("topics", args.topics)
     if args.token:
         reader = reader.option("token", args.token)
+    for key, value in _user(args).items():
+        reader = reader.option("accessKey" if key == "access_key" else "secretKey", value)
     rows = compute(reader.load())
     if args.json:
         print(json.dumps(rows))

@@ -97,6 +97,8 @@ class ReaderOptions:
     max_per_partition: int
     max_per_trigger: int | None
     token: str | None
+    access_key: str | None  # a user's (docs/store-format.md §20), with secret_key
+    secret_key: str | None
     tls_ca: str | None
     tls_cert: str | None
     tls_key: str | None
@@ -124,6 +126,8 @@ class ReaderOptions:
             raise OptionError("kind", "one of messages, consumequeue, index, keyhashes")
         if kind != "messages" and not path:
             raise OptionError("kind", f"{kind} is read from a store directory ('path')")
+        if bool(opts.get("accesskey")) != bool(opts.get("secretkey")):
+            raise OptionError("accessKey", "give a user's accessKey and secretKey together")
         return cls(
             endpoints=endpoints,
             path=path,
@@ -138,6 +142,8 @@ class ReaderOptions:
             max_per_partition=_int(opts, "maxMessagesPerPartition", 100_000, 1),
             max_per_trigger=_int(opts, "maxOffsetsPerTrigger", None, 1),
             token=opts.get("token"),
+            access_key=opts.get("accesskey"),
+            secret_key=opts.get("secretkey"),
             tls_ca=opts.get("tlsca"),
             tls_cert=opts.get("tlscert"),
             tls_key=opts.get("tlskey"),
@@ -150,6 +156,8 @@ class ReaderOptions:
         return Client(
             list(endpoints or self.endpoints),
             token=self.token,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
             tls_ca=self.tls_ca,
             tls_cert=self.tls_cert,
             tls_key=self.tls_key,

@@ -197,7 +197,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PutUser(self, request, context):
-        """Users and permissions (docs/store-format.md §16). Create or replace a user: its access key,
+        """Users and permissions (docs/store-format.md §20). Create or replace a user: its access key,
         secret key, type and permission entries. Kept in config/users.json, copied to followers
         (so: on a group's master). A bad entry is INVALID_ARGUMENT naming it (entries[1].actions[0]).
         """

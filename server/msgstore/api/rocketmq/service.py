@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import message_factory
 
-from ...acl.identity import CALLER, Denied
+from ...acl.identity import CALLER, Denied, NotReady
 from ...broker.pop import PopUnavailable, ReceiptExpired
 from ...record.recall_handle import RecallHandle
 from ...record.receipt import Receipt
@@ -153,6 +153,8 @@ class MessagingService:
                 permissions.require(identity, permissions.v2_needs(method, request))
         except Denied as e:
             raise Refusal(d.UNAUTHORIZED if e.unauthenticated else d.FORBIDDEN, e.message) from None
+        except NotReady as e:  # (a node that cannot serve now: the client tries another)
+            raise Refusal(d.INTERNAL_SERVER_ERROR, str(e)) from None
         CALLER.set(identity)
 
     # ------------------------------------------------------------------ routes

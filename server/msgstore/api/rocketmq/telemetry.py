@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ...acl.identity import CALLER
 from ...broker.pop import is_fifo
 from ...broker.retry_policy import RetryPolicy
 from .messages import producer_group, to_v2
@@ -97,10 +98,17 @@ class Telemetry:
                         message = f"settings.publishing.topics: at most {MAX_TOPICS} topics, got {len(cmd.settings.publishing.topics)}"
                         await write(s.TelemetryCommand(status=status(d.BAD_REQUEST, message)))
                         continue
+                    caller = CALLER.get()
+                    named = [t.name for t in cmd.settings.publishing.topics if t.name]
+                    refused = next((t for t in named if not caller.may("topic", t, "pub")), None)
+                    if refused is not None:  # its check-backs carry the topic's messages: a publisher's only
+                        message = f"settings.publishing.topics: user {caller.name} may not pub topic:{refused}"
+                        await write(s.TelemetryCommand(status=status(d.FORBIDDEN, message)))
+                        continue
                     settings = self.settings_for(cmd.settings)
                     await write(s.TelemetryCommand(status=status(), settings=settings))
                     if cmd.settings.WhichOneof("pub_sub") == "publishing":
-                        topics = {producer_group(t.name) for t in cmd.settings.publishing.topics if t.name}
+                        topics = {producer_group(t) for t in named}
                         for gone in set(listening) - topics:
                             listening.pop(gone).cancel()
                         for topic in topics - set(listening):
@@ -117,7 +125,8 @@ class Telemetry:
         """Forward check-backs of ``group``'s half messages while this node is its master."""
         server = self.service.server
         listeners = server.check_listeners
-        q = listeners.add(group)
+        caller = CALLER.get()
+        q = listeners.add(group, None if caller.user is None else lambda topic: caller.may("topic", topic, "pub"))
         try:
             while not server.stopping:
                 try:
