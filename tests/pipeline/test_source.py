@@ -234,3 +234,25 @@ def test_the_live_input_reads_through_one_address(spark, tmp_path):
     finally:
         fwd.close()
         node.kill()
+
+
+def test_the_live_input_reads_as_a_user_and_is_held_to_its_entries(spark, tmp_path):
+    """Issue 32: a store that checks who calls; the reader signs as a user allowed to subscribe
+    to one topic, and a user without that permission gets the store's refusal, naming it."""
+    (tmp_path / "admin").write_text("spark-admin-token")
+    node = ServerProcess(
+        str(tmp_path / "data"), name="secured", settings=["authorizationEnabled=true"], args=["--admin-token-file", str(tmp_path / "admin")]
+    )
+    node.start()
+    try:
+        with Client(node.address, admin_token="spark-admin-token") as c:
+            fill(c, "orders", 200)
+            c.put_user("analyst", "analyst-secret", entries=[{"resource": "topic:orders", "actions": "sub"}])
+            c.put_user("stranger", "stranger-secret")
+        reader = spark.read.format("msgstore").option("endpoints", node.address).option("topics", "orders")
+        assert reader.option("accessKey", "analyst").option("secretKey", "analyst-secret").load().count() == 200
+        with pytest.raises(Exception) as e:
+            reader.option("accessKey", "stranger").option("secretKey", "stranger-secret").load().count()
+        assert "user stranger may not" in str(e.value) and "topic:orders" in str(e.value)
+    finally:
+        node.kill()

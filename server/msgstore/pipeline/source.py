@@ -150,8 +150,7 @@ def read_queue_range(opts: ReaderOptions, part: QueueRange) -> Iterator[pa.Recor
                 queue_id=part.queue_id,
                 offset=offset,
                 max_messages=min(PULL_MAX, part.end - offset),
-                raw=True,
-                group="msgstore-spark",
+                raw=True,  # (no group: a range read belongs to none, and a user needs only sub on the topic)
             )
             resp = stub.Pull(req, timeout=60, metadata=client.security.data_metadata() or None)
             status = pb.PullStatus.Name(resp.status)
