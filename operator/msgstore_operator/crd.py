@@ -37,10 +37,18 @@ def ratio_rules() -> list[dict[str, str]]:
     ]
 
 
+# users are made with the admin token: a store checking callers without one would have an open admin API
+AUTHORIZATION_RULE = {
+    "rule": "!has(self.store) || !has(self.store.authorizationEnabled) || !self.store.authorizationEnabled || has(self.adminTokenSecret)",
+    "message": "spec.store.authorizationEnabled needs spec.adminTokenSecret (users are managed with the admin token)",
+}
+
+
 def spec_schema() -> dict[str, Any]:
     retention = {"type": "string", "enum": ["Retain", "Delete"]}
     return {
         "type": "object",
+        "x-kubernetes-validations": [AUTHORIZATION_RULE],
         "properties": {
             "replicas": {
                 "type": "integer",

@@ -184,6 +184,8 @@ def parse(body: Mapping[str, Any]) -> Spec:
     except ConfigError as e:
         where = f"spec.store.{e.key}" if e.key in TYPED_STORE_KEYS else f"spec.store.extra.{e.key}"
         raise SpecError(where, e.reason) from None
+    if store.get("authorizationEnabled") == "true" and not spec.get("adminTokenSecret"):
+        raise SpecError("spec.store.authorizationEnabled", "needs spec.adminTokenSecret (users are managed with the admin token)")
     storage = spec.get("storage") or {}
     replicas = int(spec.get("replicas", 1))
     if replicas < 1:

@@ -365,3 +365,21 @@ def test_the_notes_say_the_default_image_must_be_built_and_pushed(tmp_path):
     assert "is not published yet" in default and "make image" in default and "image.repository" in default
     own = notes(tmp_path, "--set", "image.registry=registry.example.com", "--set-string", "image.tag=0.1.0")
     assert "not published" not in own and "is installed" in own
+
+
+def test_checking_callers_needs_the_admin_token_secret_in_the_crd_rules_and_the_operator():
+    """Issue 32: users are managed with the admin token, so spec.store.authorizationEnabled
+    without spec.adminTokenSecret is refused at admission (CEL) and by the operator, naming it."""
+    with open(CRD_FILE) as f:
+        spec = yaml.safe_load(f)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert any("adminTokenSecret" in r["rule"] and "authorizationEnabled" in r["message"] for r in spec["x-kubernetes-validations"])
+    assert spec["properties"]["store"]["properties"]["authorizationEnabled"]["type"] == "boolean"
+    with open(os.path.join(ROOT, "deploy", "samples", "production.yaml")) as f:
+        body = yaml.safe_load(f)
+    body["spec"]["store"]["authorizationEnabled"] = True
+    assert body["spec"].get("adminTokenSecret")  # the production sample has one: accepted
+    assert specmod.parse(body).store["authorizationEnabled"] == "true"
+    del body["spec"]["adminTokenSecret"]
+    with pytest.raises(specmod.SpecError) as e:
+        specmod.parse(body)
+    assert e.value.field == "spec.store.authorizationEnabled" and "adminTokenSecret" in str(e.value)

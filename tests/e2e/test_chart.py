@@ -349,6 +349,7 @@ def test_sigkill_is_reported_as_an_abnormal_recovery(k8s: K8s, orders):
         ({"deleteWhen": "4;25"}, "spec.store.deleteWhen"),
         ({"flushDiskType": "SOMETIMES"}, "spec.store.flushDiskType"),
         ({"replication": {"replicas": 2, "inSyncReplicas": 3}}, "inSyncReplicas must be <= replicas"),
+        ({"authorizationEnabled": True}, "spec.store.authorizationEnabled needs spec.adminTokenSecret"),
     ],
 )
 def test_invalid_specs_are_refused_by_the_api_server(k8s: K8s, orders, store, message):

@@ -111,7 +111,9 @@ KEYS: dict[str, KeySpec] = {
     "maxMsgsNumBatch": _k(64, True, "most records a key query returns", 1, 64),
     "checkCRCOnRecover": _k(True, True, "verify body CRCs while recovering"),
     "autoCreateTopicEnable": _k(True, True, "create a topic on its first message"),
-    "authorizationEnabled": _k(False, True, "check every data call's user and permissions (users.json; on whenever a data token is set)"),
+    "authorizationEnabled": _k(
+        False, True, "check every data call's user and permissions (users.json, §20; needs an admin token)", typed=True
+    ),
     "enablePropertyFilter": _k(True, True, "serve SQL92 selectors on message properties (RocketMQ's is off unless set)"),
     "defaultTopicQueueNums": _k(8, True, "queues of an auto-created topic", 1, 1024),
     "diskMonitorInterval": _k(1_000, True, "ms between disk-usage readings (§12.4)", 10, 1000),
