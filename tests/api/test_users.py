@@ -386,6 +386,7 @@ def test_check_backs_reach_only_producers_allowed_to_publish_the_topic(servers, 
         # v1: its TransactionChecks stream for the group is let in, but hears nothing of payroll's halves
         snooping = pbg.MessageStoreStub(ch).TransactionChecks(pb.TransactionChecksRequest(producer_group="ledger"), metadata=snoop_meta)
         heard: list = []
+
         def listen() -> None:
             try:
                 heard.extend(snooping)
