@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2
 from rocketmq import ClientConfiguration, Credentials, Producer
 
 from msgstore.acl import signature
-from msgstore.acl.identity import ORIGIN_TIME, Authenticator, Users, origin_headers
+from msgstore.acl.identity import ORIGIN_TIME, Authenticator, Identity, Users, origin_headers
 from msgstore.acl.policy import ACTIONS, PolicyError, User, parse_user
 from msgstore.api import permissions
 from msgstore.api.rocketmq.protocol import SERVICE as V2_SERVICE
@@ -89,6 +89,45 @@ def test_a_forwarded_address_is_taken_only_with_a_fresh_proof_for_that_signature
     assert auth._source(signed + origin_headers("not-the-secret", "10.1.2.3", signed), "127.0.0.9") == "127.0.0.9"
     stale = [(k, str(int(v) - 3600) if k == ORIGIN_TIME else v) for k, v in vouched]
     assert auth._source(signed + stale, "127.0.0.9") == "127.0.0.9"  # an hour old (and its proof no longer matches)
+
+
+def test_a_deny_that_voids_an_allow_through_a_wider_pattern_or_any_address_is_refused():
+    with pytest.raises(PolicyError, match="contradicts entries\\[0\\]"):
+        user(
+            [
+                {"resource": "topic:x", "actions": ["pub"], "sourceIps": ["127.0.0.1"]},
+                {"resource": "topic:*", "actions": ["all"], "decision": "deny"},
+            ]
+        )
+    with pytest.raises(PolicyError, match="contradicts"):
+        user(
+            [
+                {"resource": "topic:orders-eu", "actions": ["sub"]},
+                {"resource": "topic:orders-*", "actions": ["sub", "pub"], "decision": "deny"},
+            ]
+        )
+    # a narrower deny, or one for some addresses only, leaves the allow meaning something
+    user([{"resource": "topic:orders-*", "actions": ["sub"]}, {"resource": "topic:orders-eu", "actions": ["sub"], "decision": "deny"}])
+    user(
+        [
+            {"resource": "topic:x", "actions": ["pub"]},
+            {"resource": "topic:x", "actions": ["pub"], "decision": "deny", "sourceIps": ["10.0.0.0/8"]},
+        ]
+    )
+    with pytest.raises(PolicyError, match="Super user may do everything"):
+        parse_user(
+            "root",
+            {"secretKey": "a-long-secret", "userType": "Super", "entries": [{"resource": "*", "actions": ["pub"], "decision": "deny"}]},
+        )
+
+
+def test_a_groups_retry_and_dead_letter_topics_are_the_groups():
+    u = user([{"resource": "topic:orders", "actions": ["sub"]}, {"resource": "group:g_1", "actions": ["sub"]}])
+    ident = Identity("someone", u)
+    assert ident.may("topic", "%RETRY%g_1_orders", "any") and ident.may("topic", "%RETRY%g_1+orders", "sub")
+    assert ident.may("topic", "%DLQ%g_1", "sub") and ident.may("topic", "%RETRY%g_1", "sub")
+    assert not ident.may("topic", "%RETRY%g_1_payroll", "sub")  # the group's, but of a topic it may not read
+    assert not ident.may("topic", "%RETRY%other_orders", "sub") and not ident.may("topic", "%DLQ%other", "sub")
 
 
 def test_access_keys_and_secrets_are_checked():
@@ -185,7 +224,8 @@ def test_our_client_does_exactly_what_each_user_may(secured):
             grpc.StatusCode.PERMISSION_DENIED,
             "may not sub group:other-group",
         )
-        denied(lambda: billing.get_message(sent[0].message_id), grpc.StatusCode.PERMISSION_DENIED, "may not get topic:orders")
+        # a message it may not get is answered as one that is not there (a refusal would say it exists, and where)
+        denied(lambda: billing.get_message(sent[0].message_id), grpc.StatusCode.NOT_FOUND, "or not one user billing may get")
     for kw, says in (
         ({}, "this store checks who calls"),
         ({"access_key": PRODUCER[0], "secret_key": "not-the-secret"}, "wrong secret key"),
@@ -261,12 +301,21 @@ def test_users_are_managed_with_the_cli_and_refusals_name_the_field(secured, tmp
     assert bad.returncode != 0 and "entries[1]: deny all on topic:payroll contradicts entries[0]" in bad.stderr.decode()
     bad = cli.run("admin", "acl", "grant", "carol", "topic:pay*roll", "pub", *s, check=False)
     assert bad.returncode != 0 and "only a trailing * is a wildcard" in bad.stderr.decode()
+    again = cli.run("admin", "acl", "grant", "carol", "Topic:payroll", "sub,pub", *s)  # the same entry, spelt otherwise
+    assert "already has that entry" in again.stderr.decode()
+    mixed = cli.run("admin", "user", "create", "dave", "--secret-file", str(tmp_path / "admin-token"), *s, check=False)
+    assert mixed.returncode == 2 and "--secret-key-file" in mixed.stderr.decode()
     assert "allow pub,sub on topic:payroll" in cli.run("admin", "user", "list", *s).stdout.decode()
     (tmp_path / "carol").write_text(secret)
     as_carol = ["--server", secured.address, "--access-key", "carol", "--secret-file", str(tmp_path / "carol")]
     assert "PUT_OK" in cli.run("send", "payroll", "salary", *as_carol).stdout.decode()
     refused = cli.run("send", "orders", "x", *as_carol, check=False)
     assert refused.returncode != 0 and "user carol may not" in refused.stderr.decode()
+    for command in (["pull", "orders"], ["query", "orders", "--key", "k"]):  # a refusal, not "no topic orders"
+        refused = cli.run(*command, *as_carol, check=False)
+        assert refused.returncode == 1 and "PERMISSION_DENIED: user carol may not" in refused.stderr.decode(), refused.stderr
+    cli.run("admin", "acl", "revoke", "carol", "topic:payroll", "sub", *s)  # one action of the entry
+    assert "allow pub on topic:payroll" in cli.run("admin", "acl", "show", "carol", *s).stdout.decode()
     cli.run("admin", "acl", "revoke", "carol", "topic:payroll", *s)
     assert "PERMISSION_DENIED" in cli.run("send", "payroll", "x", *as_carol, check=False).stderr.decode()
     cli.run("admin", "user", "delete", "carol", *s)
@@ -403,3 +452,41 @@ def test_check_backs_reach_only_producers_allowed_to_publish_the_topic(servers, 
         snooping.cancel()
         listener.join(10)
     assert set(asked) == {"payroll"} and heard == []
+
+
+def test_a_revoke_applies_to_streams_already_open(secured):
+    """A stream is checked when it opens and again for each request or answer: deleting the
+    user ends a send stream's and a subscription's service at the next message."""
+    with Client(secured.address, admin_token=ADMIN, timeout=10) as admin:
+        admin.put_user(
+            "streamer",
+            "streamer-secret",
+            entries=[{"resource": "topic:orders", "actions": ["pub", "sub"]}, {"resource": "group:g", "actions": ["sub"]}],
+        )
+        with Client(secured.address, access_key="streamer", secret_key="streamer-secret", timeout=10) as c:
+            assert c.send_batch("orders", [OutMessage(b"first")]).all_ok  # (a send stream is open now)
+            q = c.route("orders").queues[0]
+            subscription = iter(c.subscribe("orders", q, offset=0))
+            assert next(subscription).messages
+            admin.delete_user("streamer")
+            with pytest.raises(StoreError) as e:
+                for _ in range(5):  # the stream's next request is refused (the client may retry once on a fresh call)
+                    c.send_batch("orders", [OutMessage(b"after")], queue=q)
+            assert e.value.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED), e.value
+            admin.send("orders", b"for the subscription", queue=q)
+            with pytest.raises((StoreError, grpc.RpcError)):
+                next(subscription)
+        assert all(m.body != b"after" for m in admin.pull("orders", q, 0, max_messages=100).messages)
+
+
+def test_a_redelivered_message_is_acknowledged_with_the_groups_permission(secured):
+    """Redeliveries come from the group's retry topic: the group's sub covers it (acks, nacks)."""
+    with Client(secured.address, access_key=PRODUCER[0], secret_key=PRODUCER[1], timeout=10) as p:
+        p.send("orders", b"twice")
+    with Client(secured.address, access_key=BILLING[0], secret_key=BILLING[1], timeout=10) as c:
+        first = c.receive("billing", "orders", 1, invisible=1, wait=5)
+        assert [m.body for m in first] == [b"twice"]
+        again: list = []
+        wait_until(lambda: again.extend(c.receive("billing", "orders", 1, invisible=30, wait=1)) or again, what="the redelivery")
+        assert again[0].body == b"twice"
+        assert c.ack("billing", "orders", again) == [""]

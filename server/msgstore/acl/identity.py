@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..broker.system_topics import DLQ_PREFIX, RETRY_PREFIX
 from . import signature
 from .policy import PolicyError, User, parse_user
 
@@ -42,17 +43,37 @@ class Denied(Exception):
         self.message = message
 
 
+def group_topic_owners(topic: str) -> list[tuple[str, str | None]]:
+    """(group, topic or None) a consumer group's own topic may belong to: ``%DLQ%G`` is G's,
+    ``%RETRY%G`` (RocketMQ 4), ``%RETRY%G_T`` and ``%RETRY%G+T`` (pop retries) are G's for T.
+    A group name may itself hold ``_``: every split is a candidate. Empty for other topics."""
+    if topic.startswith(DLQ_PREFIX):
+        return [(topic[len(DLQ_PREFIX) :], None)]
+    if not topic.startswith(RETRY_PREFIX):
+        return []
+    rest = topic[len(RETRY_PREFIX) :]
+    return [(rest, None)] + [(rest[:i], rest[i + 1 :]) for i, ch in enumerate(rest) if ch in "_+" and 0 < i < len(rest) - 1]
+
+
 @dataclass(frozen=True)
 class Identity:
     name: str  # the access key; "token" for a token holder, "" on a store that does not check
     user: User | None  # None: may do everything
     source: str | None = None  # the caller's address
+    signed: signature.Signed | None = None  # how it signed in (checked again on a long stream)
 
     def require(self, kind: str, name: str, action: str) -> None:
         """Raise :class:`Denied` naming the user, the resource and the action (``any``: pub
-        or sub, RocketMQ's Any, which a route needs)."""
+        or sub, RocketMQ's Any, which a route needs). A group's retry and dead-letter topics
+        are its group's (RocketMQ's ACL 2.0 checks the group for them): ``sub`` on the group
+        (and on the topic a retry topic names)."""
         if self.user is None:
             return
+        owners = group_topic_owners(name) if kind == "topic" else []
+        if owners:
+            if any(self._decide("group", g, "sub") and (t is None or self._decide("topic", t, "sub")) for g, t in owners):
+                return
+            raise Denied(False, f"user {self.name} may not {action} {name}: it is group {owners[-1][0]}'s, and needs sub on that group")
         allowed, why = self.user.decide(kind, name, "pub" if action == "any" else action, self.source)
         if not allowed and action == "any":
             allowed = self.user.decide(kind, name, "sub", self.source)[0]
@@ -60,8 +81,15 @@ class Identity:
             what = kind if kind == "cluster" else f"{kind}:{name}"
             raise Denied(False, f"user {self.name} may not {'pub or sub' if action == 'any' else action} {what}: {why}")
 
-    def may(self, kind: str, name: str, action: str) -> bool:
+    def _decide(self, kind: str, name: str, action: str) -> bool:
         return self.user is None or self.user.decide(kind, name, action, self.source)[0]
+
+    def may(self, kind: str, name: str, action: str) -> bool:
+        try:
+            self.require(kind, name, action)
+        except Denied:
+            return False
+        return True
 
     def uses(self, kind: str, name: str) -> bool:
         """Whether any action on the resource is allowed (what a listing shows)."""
@@ -153,13 +181,34 @@ class Authenticator:
         if user is not None:
             if not signed.made_with(user.secret):
                 raise Denied(True, f"access key {signed.access_key}: the signature does not match (wrong secret key)")
-            return Identity(user.name, user, source)
+            return Identity(user.name, user, source, signed)
         data = self.data_token()
         if data and signed.made_with(data):  # the single data token as a secret key: every permission, as before users
             return Identity("token", None, source)
         if data:
             raise Denied(True, f"access key {signed.access_key[:64]!r}: no such user, and the signature does not match the data token")
         raise Denied(True, f"unknown access key {signed.access_key[:64]!r}: no such user on this store")
+
+    def refreshed(self, identity: Identity) -> Identity:
+        """The caller as the users are now: a stream checked when it opened is checked again
+        for each message, so a deleted user, a changed secret or a revoked entry ends it
+        (Denied) instead of lasting as long as the stream."""
+        if identity.user is None or identity.signed is None:
+            return identity
+        user = self.users.get(identity.name)
+        if user is None:
+            raise Denied(True, f"user {identity.name} no longer exists")
+        if user is identity.user:
+            return identity
+        if not identity.signed.made_with(user.secret):
+            raise Denied(True, f"access key {identity.name}: its secret key changed: sign in again")
+        return Identity(identity.name, user, identity.source, identity.signed)
+
+    def may_now(self, identity: Identity, kind: str, name: str, action: str) -> bool:
+        try:
+            return self.refreshed(identity).may(kind, name, action)
+        except (Denied, NotReady):
+            return False
 
     def _source(self, metadata, peer_host: str | None) -> str | None:
         origin = signature.header(metadata, ORIGIN)

@@ -58,6 +58,18 @@ class Resource:
             return True
         return name.startswith(self.name) if self.prefix else name == self.name
 
+    def covers(self, other: Resource) -> bool:
+        """Every name ``other`` matches, this matches too."""
+        if self.kind == "*":
+            return True
+        if self.kind != other.kind:
+            return False
+        if self.kind == "cluster":
+            return True
+        if self.prefix:
+            return other.name.startswith(self.name)
+        return not other.prefix and other.name == self.name
+
     def __str__(self) -> str:
         if self.kind in ("*", "cluster"):
             return self.kind
@@ -231,14 +243,15 @@ def check_entries(entries: list[Entry], field: str = "entries") -> None:
         raise PolicyError(field, f"at most {MAX_ENTRIES} entries per user")
     for j, b in enumerate(entries):
         for i, a in enumerate(entries[:j]):
-            if a.allow == b.allow or a.resource != b.resource or set(a.sources) != set(b.sources):
+            if a.allow == b.allow:
                 continue
             allow, deny = (a, b) if a.allow else (b, a)
-            if _expanded(allow.actions) <= _expanded(deny.actions):
+            everywhere = not deny.sources or set(deny.sources) == set(allow.sources)  # (the deny applies wherever the allow does)
+            if deny.resource.covers(allow.resource) and everywhere and _expanded(allow.actions) <= _expanded(deny.actions):
                 raise PolicyError(
                     f"{field}[{j}]",
-                    f"{b.describe()} contradicts {field}[{i}] ({a.describe()}): the deny covers every action the "
-                    "allow names, and a deny always wins, so the allow would never allow anything: drop one of them",
+                    f"{b.describe()} contradicts {field}[{i}] ({a.describe()}): the deny covers every name, address and "
+                    "action the allow does, and a deny always wins, so the allow would never allow anything: drop one of them",
                 )
 
 
@@ -269,5 +282,7 @@ def parse_user(name: str, raw: dict[str, Any]) -> User:
     if not isinstance(entries_raw, list):
         raise PolicyError("entries", "a list")
     entries = [parse_entry(e, f"entries[{i}]") for i, e in enumerate(entries_raw)]
+    if kind == "Super" and entries:
+        raise PolicyError("entries", "a Super user may do everything: its entries would mean nothing (make it Normal to limit it)")
     check_entries(entries)
     return User(name, secret, kind == "Super", tuple(entries))

@@ -353,6 +353,12 @@ class Member:
             self.recovery_error = f"{refused}; it is on in config/store.json"
             log.error("store failed to start: %s", self.recovery_error)
             return
+        if self.store.users.users and not self.authenticator.enabled():
+            log.warning(
+                "%d users in config/users.json, but authorizationEnabled is off (and there is no data token): every caller may "
+                "do everything (serve --set authorizationEnabled=true, or admin config set authorizationEnabled=true)",
+                len(self.store.users.users),
+            )
         if self.stopping:
             return
         try:

@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .. import wire
-from ..acl.identity import CALLER, Denied, NotReady
+from ..acl.identity import CALLER, Denied, Identity, NotReady
 from ..record import codec
 from ..v1 import admin_pb2, ha_pb2, msgstore_pb2
 from . import permissions
@@ -162,11 +162,12 @@ class StoreServer(Member):
         needs_of = permissions.V1[method.name]
         authenticator = self.authenticator
 
-        def admit(request, context) -> None:
+        def admit(request, context) -> Identity:
             identity = authenticator.identify(context.invocation_metadata(), peer_host(context)[0])
             if request is not None and not isinstance(request, (v.BadRequest, bytes, bytearray)):
                 permissions.require(identity, needs_of(request))
             CALLER.set(identity)
+            return identity
 
         async def refuse(context, e: Denied | NotReady) -> None:
             if isinstance(e, NotReady):
@@ -188,10 +189,16 @@ class StoreServer(Member):
 
             async def stream(request, context):
                 try:
-                    admit(request, context)
+                    identity = admit(request, context)
                 except (Denied, NotReady) as e:
                     await refuse(context, e)
                 async for item in fn(request, context):
+                    try:  # checked again for each answer: a revoked user's subscription ends
+                        identity = authenticator.refreshed(identity)
+                        if not isinstance(request, v.BadRequest):
+                            permissions.require(identity, needs_of(request))
+                    except (Denied, NotReady) as e:
+                        await refuse(context, e)
                     yield item
 
             return stream

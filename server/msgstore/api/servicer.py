@@ -171,6 +171,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     await write(_refusal(_request_id(request), grpc.StatusCode.UNAVAILABLE, reason))
                     continue
                 try:
+                    CALLER.set(self.server.authenticator.refreshed(CALLER.get()))  # a revoke applies to the next request
                     accepted = self._accept(request, born)
                 except v.InvalidArgument as e:
                     await write(_refusal(_request_id(request), grpc.StatusCode.INVALID_ARGUMENT, str(e)))
@@ -553,9 +554,11 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
             msg = self.store.look_message_by_offset(v.check_non_negative(request.commitlog_offset, "commitlog_offset"))
         else:
             raise v.InvalidArgument("by", "give msg_id or commitlog_offset")
-        if msg is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "no message there (never written, or deleted by retention)")
-        CALLER.get().require("topic", msg.topic, "get")
+        caller = CALLER.get()
+        if msg is None or not caller.may("topic", msg.topic, "get"):
+            # (a message the caller may not read is answered as one that is not there: a refusal would say it exists, and its topic)
+            mine = "" if caller.user is None else f", or not one user {caller.name} may get"
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no message there (never written, or deleted by retention{mine})")
         return pb.GetMessageResponse(message=message_to_pb(msg))
 
     async def GetQueueOffsets(self, request: pb.GetQueueOffsetsRequest, context) -> pb.GetQueueOffsetsResponse:

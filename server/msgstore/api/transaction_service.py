@@ -64,7 +64,8 @@ class TransactionHandlers:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is not its group's master: listen on the master")
         listeners = server.check_listeners
         caller = CALLER.get()
-        q = listeners.add(group, None if caller.user is None else lambda topic: caller.may("topic", topic, "pub"))
+        auth = server.authenticator
+        q = listeners.add(group, None if caller.user is None else lambda topic: auth.may_now(caller, "topic", topic, "pub"))
         try:
             while not server.stopping and server._broker_master():
                 try:

@@ -33,6 +33,8 @@ def credentials(args) -> tuple[str | None, str | None]:
     """(access key, secret key) from --access-key and --secret-file / MSGSTORE_SECRET_KEY."""
     access_key = getattr(args, "access_key", None)
     if not access_key:
+        if getattr(args, "secret_file", None):
+            raise SystemExit("error: --secret-file is a user's secret key: give the user with --access-key NAME (or MSGSTORE_ACCESS_KEY)")
         return None, None
     secret = read_token(getattr(args, "secret_file", None), "MSGSTORE_SECRET_KEY")
     if not secret:

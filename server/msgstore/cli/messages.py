@@ -142,6 +142,22 @@ def _start_positions(c, topic: str, queues, spec: str, offsets) -> dict:
     return out
 
 
+def _refused(c, topic: str) -> str:
+    """Why a topic the listing leaves out may not be used by this caller ('' when it is simply
+    not there): a store that checks callers lists only the topics the caller may use, and a
+    refusal must not read as "no such topic"."""
+    import grpc
+
+    from ..client import StoreError
+
+    try:
+        c.route(topic, refresh=True)
+    except StoreError as e:
+        if e.code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+            return f"{e.code.name}: {e.details}"
+    return ""
+
+
 def cmd_pull(args) -> int:
     from ..client import Consumer
 
@@ -151,6 +167,10 @@ def cmd_pull(args) -> int:
     with open_client(args) as c:
         listed_without: list[str] = []
         if args.topic not in c.topics(skipped=listed_without) and not listed_without:
+            refused = _refused(c, args.topic)
+            if refused:
+                error(args, refused)
+                return 1
             if not args.follow:
                 error(args, f"no topic {args.topic!r} on any node (msgstore topics list shows them)")
                 return 1
@@ -217,6 +237,10 @@ def cmd_query(args) -> int:
     with open_client(args) as c:
         listed_without: list[str] = []
         if args.topic not in c.topics(skipped=listed_without) and not listed_without:
+            refused = _refused(c, args.topic)
+            if refused:
+                error(args, refused)
+                return 1
             if args.json:
                 print("[]")
             error(args, f"no topic {args.topic!r} on any node (msgstore topics list shows them)")

@@ -7,7 +7,7 @@ import json
 import secrets
 from typing import Any
 
-from ..acl.policy import PolicyError, parse_resource
+from ..acl.policy import ACTIONS, PolicyError, parse_actions, parse_entry, parse_resource
 from ..output import table as _table
 from .common import error, note, open_client, read_token
 
@@ -30,9 +30,40 @@ def _described(e: dict[str, Any]) -> str:
     return f"{e['decision']} {','.join(e['actions'])} on {e['resource']}{where}"
 
 
+def _normalised(e: dict[str, Any]) -> tuple:
+    entry = parse_entry(e, "entry")
+    return (str(entry.resource), entry.actions, entry.allow, frozenset(entry.sources))
+
+
+def _revoked(entries: list[dict[str, Any]], resource: str, decision: str | None, actions: set[str] | None) -> tuple[list, bool]:
+    """The entries without ``actions`` (all of them when None) on ``resource``; an entry left
+    with no action goes. ``all`` granted and one action revoked leaves the others."""
+    out, removed = [], False
+    for e in entries:
+        if e["resource"] != resource or (decision is not None and e["decision"] != decision):
+            out.append(e)
+            continue
+        if actions is None:
+            removed = True
+            continue
+        held = set(ACTIONS) - {"all"} if "all" in e["actions"] else set(e["actions"])
+        left = set() if "all" in actions else held - actions
+        if left != held:
+            removed = True
+        if left:
+            out.append({**e, "actions": [a for a in ACTIONS if a in left]})
+    return out, removed
+
+
 def cmd_users(args) -> int:
     from ..client import StoreError
 
+    if not read_token(args.admin_token_file, args.admin_token_env):
+        error(args, "users are managed with the admin token: --admin-token-file FILE or MSGSTORE_ADMIN_TOKEN", "UNAUTHENTICATED")
+        return 2
+    if getattr(args, "user_action", None) == "create" and args.secret_file and not args.new_secret_file:
+        error(args, "--secret-file is the secret of the caller's own --access-key; the new user's is --secret-key-file FILE")
+        return 2
     try:
         with open_client(args) as c:
             return _run(c, args)
@@ -63,7 +94,10 @@ def _user_action(c, args) -> int:
         if not c.delete_user(args.name):
             error(args, f"no user {args.name}", "NOT_FOUND")
             return 1
-        note(f"deleted user {args.name}")
+        if args.json:
+            print(json.dumps({"deleted": args.name}))
+        else:
+            note(f"deleted user {args.name}")
         return 0
     # create
     if any(u.access_key == args.name for u in c.users()):
@@ -107,18 +141,27 @@ def _acl_action(c, args) -> int:
         entry: dict[str, Any] = {"resource": args.resource, "actions": args.actions.split(","), "decision": decision}
         if args.source:
             entry["sourceIps"] = args.source
+        try:
+            same = _normalised(entry)
+        except PolicyError as e:
+            error(args, str(e), "INVALID_ARGUMENT")
+            return 1
+        if any(_normalised(e) == same for e in entries):
+            note(f"{args.name} already has that entry")
+            return 0
         entries.append(entry)
     else:  # revoke
         try:
             resource = str(parse_resource(args.resource, "resource"))  # as the store keeps it (Topic:x is topic:x)
+            actions = set(parse_actions(args.actions, "actions")) if args.actions else None
         except PolicyError as e:
             error(args, str(e), "INVALID_ARGUMENT")
             return 1
-        kept = [e for e in entries if not (e["resource"] == resource and (args.deny is None or e["decision"] == decision))]
-        if len(kept) == len(entries):
-            error(args, f"{args.name} has no entry on {args.resource}", "NOT_FOUND")
+        entries, removed = _revoked(entries, resource, None if args.deny is None else ("deny" if args.deny else "allow"), actions)
+        if not removed:
+            which = {None: "", True: "deny ", False: "allow "}[args.deny]
+            error(args, f"{args.name} has no {which}entry on {resource}" + (f" naming {args.actions}" if actions else ""), "NOT_FOUND")
             return 1
-        entries = kept
     u = c.put_user(args.name, "", super_user=user.user_type == "Super", entries=entries)
     if args.json:
         print(json.dumps(_user(u), indent=2))

@@ -126,7 +126,8 @@ class Telemetry:
         server = self.service.server
         listeners = server.check_listeners
         caller = CALLER.get()
-        q = listeners.add(group, None if caller.user is None else lambda topic: caller.may("topic", topic, "pub"))
+        auth = server.authenticator
+        q = listeners.add(group, None if caller.user is None else lambda topic: auth.may_now(caller, "topic", topic, "pub"))
         try:
             while not server.stopping:
                 try:
