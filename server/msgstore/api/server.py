@@ -54,9 +54,9 @@ log = logging.getLogger(__name__)
 DATA_SERVICE = msgstore_pb2.DESCRIPTOR.services_by_name["MessageStore"]
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
 HA_SERVICE = ha_pb2.DESCRIPTOR.services_by_name["Replication"]
-# Requests whose handlers take the serialized bytes (decoded by the compiled transcoder).
-# admin calls about a replica group's metadata, which the client sends to every group
+# Admin calls about a replica group's metadata, which the client sends to every group.
 GROUP_ADMIN = frozenset({"PutUser", "DeleteUser", "ListUsers"})
+# Requests whose handlers take the serialized bytes (decoded by the compiled transcoder).
 RAW_REQUESTS = {DATA_SERVICE.full_name: ("Send", "SendStream")}
 
 
@@ -225,8 +225,9 @@ class StoreServer(Member):
                 self._count_error(name, "NOT_FOUND")
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
             except Denied as e:
-                self._count_error(name, "PERMISSION_DENIED")
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, e.message)
+                code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
+                self._count_error(name, code.name)
+                await context.abort(code, e.message)
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception as e:  # everything else is our bug: answer, log, keep serving
@@ -250,8 +251,9 @@ class StoreServer(Member):
                 self._count_error(name, "NOT_FOUND")
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
             except Denied as e:
-                self._count_error(name, "PERMISSION_DENIED")
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, e.message)
+                code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
+                self._count_error(name, code.name)
+                await context.abort(code, e.message)
 
         return handler
 

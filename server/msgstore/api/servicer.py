@@ -177,7 +177,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     await write(_refusal(_request_id(request), grpc.StatusCode.INVALID_ARGUMENT, str(e)))
                     continue
                 except Denied as e:
-                    await write(_refusal(_request_id(request), grpc.StatusCode.PERMISSION_DENIED, e.message))
+                    code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
+                    await write(_refusal(_request_id(request), code, e.message))
                     continue
                 if accepted.waits:
                     self.store.dispatcher.wakeup()
