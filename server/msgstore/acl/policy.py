@@ -14,7 +14,8 @@ allow or deny, and optionally the source addresses they apply to:
 
 A policy that cannot mean what it says is refused when it is set, naming the field: an unknown
 action, a wildcard anywhere but at the end, a name no topic or group can have, and an allow
-that a deny of the same resource and sources voids entirely."""
+that a deny voids entirely (its resource covers the allow's, for any address or the allow's,
+with every action the allow names)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..record import codec
+from ..store.metadata import group_error
 
 ACTIONS = ("pub", "sub", "create", "update", "delete", "get", "list", "all")
 ALIASES = {"publish": "pub", "subscribe": "sub"}
-KINDS = ("topic", "group", "cluster")
-_GROUP_CHARS = re.compile(r"^[A-Za-z0-9_%|-]*$")
 _ACCESS_KEY = re.compile(r"^[A-Za-z0-9_.@-]{3,64}$")
 MIN_SECRET = 8
 MAX_ENTRIES = 256
@@ -84,7 +84,10 @@ class Entry:
     sources: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     def covers(self, action: str, source: str | None) -> bool:
-        return ("all" in self.actions or action in self.actions) and self.applies_from(source)
+        return self.names(action) and self.applies_from(source)
+
+    def names(self, action: str) -> bool:
+        return "all" in self.actions or action in self.actions
 
     def applies_from(self, source: str | None) -> bool:
         if not self.sources:
@@ -145,7 +148,7 @@ class User:
                 allowed_by = allowed_by or f"entries[{i}] ({e.describe()})"
         if allowed_by is None:
             for i, e in enumerate(self.entries):  # say so when only the caller's address kept an entry out
-                if e.allow and e.sources and e.resource.matches(kind, name) and ("all" in e.actions or action in e.actions):
+                if e.allow and e.sources and e.resource.matches(kind, name) and e.names(action):
                     return False, f"entries[{i}] ({e.describe()}) does not cover calls from {source or 'an unknown address'}"
             return False, "no entry of the user allows it"
         return True, f"allowed by {allowed_by}"
@@ -185,8 +188,8 @@ def parse_resource(text: object, field: str) -> Resource:
         err = codec.topic_error(stem) if stem else None  # (a prefix's stem obeys the same rules)
         if err:
             raise PolicyError(field, f"{text[:80]!r} matches no topic: {err.replace('topic ', 'a topic name ', 1)}")
-    elif not _GROUP_CHARS.match(stem) or len(stem) > 255:
-        raise PolicyError(field, f"{text[:80]!r} matches no group: a group name has 1-255 characters of A-Z a-z 0-9 _ % | -")
+    elif stem and group_error(stem):  # (a prefix's stem obeys the same rules)
+        raise PolicyError(field, f"{text[:80]!r} matches no group: {group_error(stem)}")
     return Resource(kind, stem, prefix)
 
 

@@ -30,7 +30,7 @@ from ..ha.replica import Replica, RoleError
 from ..ha.roles import RolesFile
 from ..record import codec
 from ..store import MessageStore, StoreDirError, StoreLockedError
-from ..store.config import ConfigError, parse_assignments
+from ..store.config import KEYS, ConfigError, _coerce, parse_assignments
 from ..v1 import admin_pb2, msgstore_pb2
 from . import validation as v
 from .auth import TokenSource
@@ -207,8 +207,11 @@ class Member:
         """Why ``settings`` cannot turn authorizationEnabled on here: without an admin token
         the admin service, where users are made, would be open to anyone, and nodes would have
         nothing to vouch for the calls they pass on with."""
-        value = settings.get("authorizationEnabled")
-        if str(value).strip().lower() not in ("true", "1", "yes", "on") or self.options.admin_token:
+        try:  # (read as the configuration reads it; a bad value is the configuration's to refuse)
+            on = _coerce("authorizationEnabled", KEYS["authorizationEnabled"], settings.get("authorizationEnabled", False))
+        except ConfigError:
+            return None
+        if not on or self.options.admin_token:
             return None
         return "authorizationEnabled needs an admin token (serve --admin-token-file): users are managed with it"
 

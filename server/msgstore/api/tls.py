@@ -41,7 +41,6 @@ class ServerCertificates:
         self._lock = threading.Lock()
         self._checked = 0.0
         self._stamp = self._stat()
-        self.loaded = 1  # how many pairs were taken (the first at start)
 
     def _stat(self) -> tuple:
         out = []
@@ -82,6 +81,5 @@ class ServerCertificates:
                 log.warning("TLS files unreadable (%s): keeping the previous certificate", e)
                 return None
             self._stamp = stamp
-            self.loaded += 1
             log.info("TLS certificate %s changed: new connections use the new one", self.cert)
             return config

@@ -29,13 +29,8 @@ def user_pb(user: User) -> apb.UserInfo:
         access_key=user.name,
         user_type="Super" if user.super_user else "Normal",
         entries=[
-            apb.AclEntry(
-                resource=str(e.resource),
-                actions=sorted(e.actions),
-                decision="allow" if e.allow else "deny",
-                source_ips=[str(s) for s in e.sources],
-            )
-            for e in user.entries
+            apb.AclEntry(resource=j["resource"], actions=j["actions"], decision=j["decision"], source_ips=j.get("sourceIps", []))
+            for j in (e.to_json() for e in user.entries)
         ],
     )
 

@@ -26,8 +26,7 @@ def _user(u) -> dict[str, Any]:
 
 
 def _described(e: dict[str, Any]) -> str:
-    where = f" from {','.join(e['sourceIps'])}" if e.get("sourceIps") else ""
-    return f"{e['decision']} {','.join(e['actions'])} on {e['resource']}{where}"
+    return parse_entry(e, "entry").describe()
 
 
 def _normalised(e: dict[str, Any]) -> tuple:
