@@ -42,6 +42,7 @@ def render_chart() -> dict[str, str]:
     values["properties"]["store"]["properties"]["config"] = crd.values_store_config()
     values["properties"]["store"]["properties"]["replication"] = crd.values_replication()
     values["properties"]["store"]["properties"]["access"] = crd.values_access()
+    values["properties"]["store"]["properties"]["tls"] = crd.values_tls()
     return {
         "charts/msgstore/crds/messagestores.msgstore.io.yaml": text,
         "charts/msgstore/values.schema.json": json.dumps(values, indent=2) + "\n",

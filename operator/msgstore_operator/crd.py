@@ -102,6 +102,46 @@ def spec_schema() -> dict[str, Any]:
             "podDisruptionBudget": {"type": "object", "properties": {"maxUnavailable": {"type": "integer", "minimum": 0, "default": 1}}},
             "replication": replication_schema(),
             "access": access_schema(),
+            "tls": tls_schema(),
+        },
+    }
+
+
+def tls_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "TLS for client and replication traffic. Without secretName the operator issues a CA (Secret "
+        "<name>-ca) and the pods' certificate (Secret <name>-tls: tls.crt, tls.key, ca.crt; names: the client Service, "
+        "each pod's name and address) and renews it before it expires; pods pick a renewal up without a restart.",
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(self.renewBeforeDays) || self.renewBeforeDays < (has(self.validityDays) ? self.validityDays : 90)",
+                "message": "spec.tls.renewBeforeDays must be less than spec.tls.validityDays",
+            },
+            {
+                "rule": "!has(self.secretName) || (!has(self.validityDays) && !has(self.renewBeforeDays))",
+                "message": "spec.tls.validityDays and renewBeforeDays are for certificates the operator issues: with "
+                "spec.tls.secretName, whoever writes that Secret (cert-manager) renews it",
+            },
+        ],
+        "properties": {
+            "secretName": {
+                "type": "string",
+                "description": "Use this Secret instead (cert-manager's layout: tls.crt, tls.key, ca.crt). Its certificate "
+                "must name <name>.<namespace>.svc: members and the operator verify that name.",
+            },
+            "clientAuthentication": {
+                "type": "string",
+                "enum": ["None", "Required"],
+                "default": "None",
+                "description": "Required: every client presents a certificate the CA signed (mutual TLS).",
+            },
+            "validityDays": {"type": "integer", "minimum": 2, "description": "Lifetime of an issued certificate (default 90)."},
+            "renewBeforeDays": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Renew this long before it expires (default a third of validityDays).",
+            },
         },
     }
 
@@ -138,6 +178,14 @@ def access_schema() -> dict[str, Any]:
 def values_access() -> dict[str, Any]:
     """The chart's ``store.access`` in values.schema.json: spec.access's fields."""
     return {**access_schema(), "additionalProperties": False}
+
+
+def values_tls() -> dict[str, Any]:
+    """The chart's ``store.tls`` in values.schema.json: ``enabled`` and spec.tls's fields."""
+    schema = tls_schema()
+    schema.pop("x-kubernetes-validations", None)
+    schema["properties"] = {"enabled": {"type": "boolean", "description": "Render spec.tls."}, **schema["properties"]}
+    return {**schema, "additionalProperties": False}
 
 
 def replication_schema() -> dict[str, Any]:
@@ -260,4 +308,4 @@ def values_replication() -> dict[str, Any]:
     return {**schema, "additionalProperties": False}
 
 
-__all__ = ["definition", "values_store_config", "values_replication", "values_access", "KEYS"]
+__all__ = ["definition", "values_store_config", "values_replication", "values_access", "values_tls", "KEYS"]

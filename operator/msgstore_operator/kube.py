@@ -42,6 +42,9 @@ VERBS: frozenset[tuple[str, str, str]] = frozenset(
         ("", "persistentvolumeclaims", "list"),
         ("", "persistentvolumeclaims", "patch"),
         ("", "secrets", "get"),
+        # spec.tls: the store's CA and its pods' certificate (tls.py)
+        ("", "secrets", "create"),
+        ("", "secrets", "update"),
         ("", "events", "create"),
         ("", "events", "list"),
         # replicated stores: each group's Lease (the arbiter of who is master), and the pods'

@@ -131,6 +131,10 @@ def _ours(pod: dict[str, Any], spec: Spec) -> bool:
     return all(o.get("kind") == "StatefulSet" and o.get("name") == spec.name for o in controllers)
 
 
+def list_pods(kube: Kube, spec: Spec) -> list[dict[str, Any]]:
+    return [p for p in kube.list("Pod", spec.namespace, spec.store_labels) if _ours(p, spec)]
+
+
 def admin_token(kube: Kube, spec: Spec) -> str | None:
     """The token the spec's Secret holds; :class:`ReferenceMissing` when it cannot be read."""
     if not spec.admin_secret:
@@ -148,8 +152,10 @@ def admin_token(kube: Kube, spec: Spec) -> str | None:
     return base64.b64decode(raw).decode().strip()
 
 
-def admin_client(spec: Spec, pod: PodView, token: str | None) -> Client:
-    return Client(f"{pod.ip}:{spec.port}", admin_token=pod.token if pod.token is not None else token, timeout=ADMIN_TIMEOUT_S)
+def admin_client(spec: Spec, pod: PodView, token: str | None, reach: dict[str, Any] | None = None) -> Client:
+    """``reach``: TLS options of the operator's client (tls.Reach.client_options)."""
+    token = pod.token if pod.token is not None else token
+    return Client(f"{pod.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S, **(reach or {}))
 
 
 def admin_of(client: Client, spec: Spec, pod: PodView) -> AdminClient:
@@ -157,9 +163,9 @@ def admin_of(client: Client, spec: Spec, pod: PodView) -> AdminClient:
     return AdminClient(client, f"{pod.ip}:{spec.port}")
 
 
-def _ask(spec: Spec, view: PodView, token: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _ask(spec: Spec, view: PodView, token: str | None, reach: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The pod's Admin.GetStatus, and its Admin.GetRole in a replicated store, over one channel."""
-    with Client(f"{view.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S) as c:
+    with Client(f"{view.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S, **reach) as c:
         admin = admin_of(c, spec, view)
         status = admin.status()
         if not spec.replication.enabled:
@@ -183,17 +189,20 @@ def _ask(spec: Spec, view: PodView, token: str | None) -> tuple[dict[str, Any], 
     }
 
 
-def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -> list[PodView]:
+def observe(
+    kube: Kube, spec: Spec, token: str | None, reachable: bool = True, reach: dict[str, Any] | None = None, pods: list | None = None
+) -> list[PodView]:
     """Every pod of the store, highest ordinal first, with its store status where reachable.
 
     A pod that refuses the current admin token is asked with the token it accepted last (a
-    Secret rotation the pod has not seen yet); ``reachable=False`` skips the admin calls."""
+    Secret rotation the pod has not seen yet); ``reachable=False`` skips the admin calls;
+    ``pods``: the store's pods, when the caller has listed them already."""
     key = (spec.namespace, spec.name)
     with _accepted_lock:
         previous = _accepted.get(key)
     candidates = [t for t in dict.fromkeys([token, previous]) if t is not None] or [None]
     views = []
-    for pod in kube.list("Pod", spec.namespace, spec.store_labels):
+    for pod in pods if pods is not None else list_pods(kube, spec):
         if not _ours(pod, spec):
             continue
         meta, status = pod.get("metadata", {}), pod.get("status") or {}
@@ -211,7 +220,7 @@ def observe(kube: Kube, spec: Spec, token: str | None, reachable: bool = True) -
         if view.ip and not view.deleting and reachable:
             for candidate in candidates:
                 try:
-                    view.store, view.role = _ask(spec, view, candidate)
+                    view.store, view.role = _ask(spec, view, candidate, reach or {})
                     view.token, view.error = candidate, ""
                     break
                 except StoreError as e:

@@ -20,8 +20,9 @@ from msgstore.wire import config_text
 
 from . import decide, render, replication
 from .kube import ApiError, Kube
-from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, observe
+from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, list_pods, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
+from .tls import PLAIN, Certificates
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Reconciler:
         self.kube = kube
         self._pending_claims: list[str] = []  # claims that keep pods from starting, with Kubernetes' reason
         self._token: str | None = None  # the admin token of this pass
+        self._reach = PLAIN  # how this pass's client reaches the pods (spec.tls)
 
     # ------------------------------------------------------------------ objects
 
@@ -154,12 +156,20 @@ class Reconciler:
         decide.set_condition(conditions, "ConfigInvalid", False, "Valid")
 
         missing = None
+        listed = list_pods(self.kube, spec)
+        certs = Certificates(self.kube, render.owner(spec))
         try:
             token = admin_token(self.kube, spec)
+            self._reach = certs.prepare(spec, [ip for p in listed if (ip := (p.get("status") or {}).get("podIP"))], annotations, status)
         except ReferenceMissing as e:
             token, missing = None, e
+        out.events += certs.events
+        if certs.status is not None:
+            status["tls"] = certs.status
+        elif spec.tls is None:
+            status.pop("tls", None)
         self._report(conditions, out, "ReferenceMissing", missing.reason if missing else "", str(missing or ""), ok_reason="AllFound")
-        pods = observe(self.kube, spec, token, reachable=missing is None)
+        pods = observe(self.kube, spec, token, reachable=missing is None, reach=self._reach.client_options(), pods=listed)
         self._token = token
         nonce = self._restart_nonce(annotations, status, out)
         replicas = self._replicas(spec, pods, annotations, conditions, out)
@@ -337,7 +347,7 @@ class Reconciler:
                     continue
                 return False
             try:
-                with admin_client(spec, p, token) as c:
+                with admin_client(spec, p, token, self._reach.client_options()) as c:
                     admin = admin_of(c, spec, p)
                     if isinstance(action, replication.Fence):
                         fenced_end = admin.fence(action.epoch, f"the operator elects epoch {action.epoch}").end_offset
@@ -384,7 +394,7 @@ class Reconciler:
                 return
             p = pods.get(fenced.pod)
             assert p is not None
-            with admin_client(spec, p, token) as c:
+            with admin_client(spec, p, token, self._reach.client_options()) as c:
                 admin_of(c, spec, p).promote(epoch=fenced.epoch, mode=spec.replication.mode)
         except (ApiError, StoreError, AssertionError) as e:
             out.events.append(("Warning", "SwitchoverAborted", f"{why}; giving {fenced.pod} its office back failed ({e})"))
@@ -449,7 +459,7 @@ class Reconciler:
             if not changes:
                 continue
             try:
-                with admin_client(spec, p, token) as c:
+                with admin_client(spec, p, token, self._reach.client_options()) as c:
                     res = admin_of(c, spec, p).update_config(changes)
                 p.store["config_generation"] = res.generation
                 p.store["config"].update(changes)
@@ -471,7 +481,7 @@ class Reconciler:
                 entry["error"] = p.error or "not reachable"
             else:
                 try:
-                    with admin_client(spec, p, token) as c:
+                    with admin_client(spec, p, token, self._reach.client_options()) as c:
                         res = admin_of(c, spec, p).manual_delete()
                     entry.update(deletedSegments=res.deleted_segments, minPhyOffset=res.min_phy_offset)
                 except StoreError as e:

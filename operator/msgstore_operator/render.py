@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from .replication import roles_document
-from .spec import ADMIN_DIR, API_VERSION, CONFIG_CHECKSUM, CONFIG_DIR, DATA_DIR, KIND, RESTART_HASH, ROLES_DIR, Spec, digest
+from .spec import ADMIN_DIR, API_VERSION, CONFIG_CHECKSUM, CONFIG_DIR, DATA_DIR, KIND, RESTART_HASH, ROLES_DIR, TLS_DIR, Spec, digest
 
 UID = 10001
 
@@ -177,11 +177,21 @@ def container_args(spec: Spec) -> list[str]:
         args += ["--roles-file", f"{ROLES_DIR}/roles.json"]
     if spec.access_point:
         args += ["--access-point"]
+    if spec.tls is not None:
+        args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key", "--tls-ca", f"{TLS_DIR}/ca.crt"]
+        args += ["--tls-server-name", spec.tls_server_name, "--health-port", str(health_port(spec))]
+        if spec.tls.client_authentication:
+            args += ["--tls-client-ca", f"{TLS_DIR}/ca.crt"]
     return args
 
 
+def health_port(spec: Spec) -> int:
+    """With TLS, the kubelet's gRPC probes go to a plain-text health-only port (they cannot do TLS)."""
+    return spec.port + 2
+
+
 def pod_template(spec: Spec) -> dict[str, Any]:
-    grpc_probe = {"grpc": {"port": spec.port}}
+    grpc_probe = {"grpc": {"port": health_port(spec) if spec.tls is not None else spec.port}}
     container: dict[str, Any] = {
         "name": "msgstore",
         "image": spec.image,
@@ -218,6 +228,10 @@ def pod_template(spec: Spec) -> dict[str, Any]:
     if spec.admin_secret:
         container["volumeMounts"].append({"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True})
         volumes.append({"name": "admin-token", "secret": {"secretName": spec.admin_secret["name"], "defaultMode": 0o440}})
+    if spec.tls is not None:
+        container["ports"].append({"name": "health", "containerPort": health_port(spec), "protocol": "TCP"})
+        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440}})
     if spec.replication.enabled:
         container["volumeMounts"].append({"name": "roles", "mountPath": ROLES_DIR, "readOnly": True})
         volumes.append({"name": "roles", "configMap": {"name": spec.roles_config_map}})

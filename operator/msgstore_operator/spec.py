@@ -29,6 +29,7 @@ DATA_DIR = "/var/lib/msgstore"
 CONFIG_DIR = "/etc/msgstore/config"
 ADMIN_DIR = "/etc/msgstore/admin"
 ROLES_DIR = "/etc/msgstore/roles"
+TLS_DIR = "/etc/msgstore/tls"
 METRICS_PORT_OFFSET = 1
 
 # annotations (actions the user sets, bookkeeping we set)
@@ -38,6 +39,7 @@ PAUSE = "msgstore.io/pause-reconciliation"
 FORCE_SCALE_DOWN = "msgstore.io/force-scale-down"
 CONFIG_CHECKSUM = "msgstore.io/config-checksum"
 RESTART_HASH = "msgstore.io/restart-hash"
+RENEW_CERTIFICATES = "msgstore.io/renew-certificates"
 
 TYPED_STORE_KEYS = TYPED_KEYS  # spec.store fields of their own (the rest go in spec.store.extra)
 
@@ -60,6 +62,21 @@ class Replication:
     def lease_duration_s(self) -> int:
         """The group Lease's duration: a master unable to renew stops after 2/3 of it."""
         return max(3, self.failover_after_s)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """``spec.tls``: the certificates the pods serve with, the operator's or the user's."""
+
+    secret_name: str | None = None  # the user's Secret (cert-manager's layout: tls.crt, tls.key, ca.crt)
+    client_authentication: bool = False  # Required: clients present a certificate the CA signed
+    validity_days: int = 90
+    renew_before_days: int = 30
+
+    @property
+    def issued(self) -> bool:
+        """The operator issues and renews the certificates (no Secret of the user's named)."""
+        return not self.secret_name
 
 
 class SpecError(ValueError):
@@ -93,6 +110,7 @@ class Spec:
     access_point: bool = True  # spec.access.mode AccessPoint: routes name the address clients used (serve --access-point)
     service_type: str = "ClusterIP"
     service_annotations: dict = field(default_factory=dict)
+    tls: Tls | None = None
 
     @property
     def pods(self) -> int:
@@ -108,6 +126,30 @@ class Spec:
         for i in range(self.pods if pods is None else pods):
             out.setdefault(self.group_of(i), []).append(self.pod_name(i))
         return out
+
+    @property
+    def tls_secret(self) -> str:
+        """The Secret the pods' certificate comes from (tls.crt, tls.key, ca.crt)."""
+        return (self.tls and self.tls.secret_name) or f"{self.name}-tls"
+
+    @property
+    def ca_secret(self) -> str:
+        """The operator's CA for this store (ca.crt, ca.key); with spec.tls.secretName, none."""
+        return f"{self.name}-ca"
+
+    @property
+    def tls_server_name(self) -> str:
+        """The name members and the operator verify in a pod's certificate: they dial pods by
+        address, and a certificate renewed for a new pod address may not have landed yet."""
+        return f"{self.name}.{self.namespace}.svc"
+
+    def tls_dns_names(self) -> list[str]:
+        """The names the operator's server certificate holds: the client Service's, each pod's
+        under the headless Service, and the pod names."""
+        svc, ns, hl = self.name, self.namespace, self.headless
+        names = [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
+        names += [f"*.{hl}.{ns}.svc", f"*.{hl}.{ns}.svc.cluster.local", hl, f"{hl}.{ns}.svc"]
+        return names + [self.pod_name(i) for i in range(self.pods)]
 
     @property
     def roles_config_map(self) -> str:
@@ -216,8 +258,22 @@ def parse(body: Mapping[str, Any]) -> Spec:
         max_unavailable=int(pdb.get("maxUnavailable", 1)),
         annotations=dict(meta.get("annotations") or {}),
         replication=replication,
+        tls=_tls(spec["tls"]) if spec.get("tls") is not None else None,
         **_access(spec.get("access") or {}),
     )
+
+
+def _tls(t: Mapping[str, Any]) -> Tls:
+    auth = str(t.get("clientAuthentication", "None"))
+    if auth not in ("None", "Required"):
+        raise SpecError("spec.tls.clientAuthentication", f"must be None or Required, got {auth!r}")
+    validity = int(t.get("validityDays", 90))
+    before = int(t.get("renewBeforeDays", max(1, validity // 3)))
+    if validity < 2:
+        raise SpecError("spec.tls.validityDays", "must be at least 2")
+    if not 0 < before < validity:
+        raise SpecError("spec.tls.renewBeforeDays", f"must be at least 1 and less than validityDays ({validity}), got {before}")
+    return Tls(t.get("secretName") or None, auth == "Required", validity, before)
 
 
 def _access(a: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,10 +41,12 @@ SAMPLE_VALUES = [
     "store.extraConfig.defaultTopicQueueNums=16",
 ]
 REPLICATED_VALUES = [*SAMPLE_VALUES, "--set", "store.replication.replicas=3", "--set", "store.replication.mode=ASYNC"]
+TLS_VALUES = [*SAMPLE_VALUES, "--set", "store.tls.enabled=true", "--set", "store.tls.clientAuthentication=Required"]
 VARIANTS = {
     "default": [],
     "sample-store": SAMPLE_VALUES,
     "replicated-store": REPLICATED_VALUES,
+    "tls-store": TLS_VALUES,
     "namespace-scope": ["--set", "operator.scope=namespace"],
 }
 
@@ -98,7 +100,7 @@ def test_helm_template_validates_against_kubernetes_schemas(variant):
         validate(doc)
     expected = {"CustomResourceDefinition", "ServiceAccount", "Deployment"}
     expected |= {"Role", "RoleBinding"} if variant == "namespace-scope" else {"ClusterRole", "ClusterRoleBinding"}
-    if variant in ("sample-store", "replicated-store"):
+    if variant in ("sample-store", "replicated-store", "tls-store"):
         expected |= {"MessageStore", "Pod"}
     assert set(kinds) == expected, kinds
 
@@ -265,6 +267,8 @@ def test_samples_validate_and_the_operator_output_for_them_validates(sample):
         ({"replication": {"mode": "EVENTUALLY"}}, "mode"),
         ({"access": {"mode": "Sideways"}}, "mode"),
         ({"access": {"serviceType": "Ingress"}}, "serviceType"),
+        ({"tls": {"clientAuthentication": "Sometimes"}}, "clientAuthentication"),
+        ({"tls": {"validityDays": 1}}, "validityDays"),
     ],
 )
 def test_crd_schema_rejects_bad_values(change, message):
@@ -383,3 +387,32 @@ def test_checking_callers_needs_the_admin_token_secret_in_the_crd_rules_and_the_
     with pytest.raises(specmod.SpecError) as e:
         specmod.parse(body)
     assert e.value.field == "spec.store.authorizationEnabled" and "adminTokenSecret" in str(e.value)
+
+
+def test_a_tls_store_from_the_chart_and_its_helm_test_client(tmp_path):
+    """Issue 32: store.tls renders spec.tls; the pods serve TLS with the Secret's files and are
+    probed on a plain-text health port; the helm test is a client verifying with the CA Secret
+    (and presenting the pods' pair, with mutual TLS); the NOTES show a client with the CA."""
+    rendered = docs(helm("template", "r1", CHART, *TLS_VALUES).stdout)
+    (store,) = [d for d in rendered if d["kind"] == "MessageStore"]
+    assert store["spec"]["tls"] == {"clientAuthentication": "Required"}
+    spec = specmod.parse(store)
+    name = store["metadata"]["name"]
+    sts = render.stateful_set(spec)
+    validate(sts)
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--tls-server-name") + 1] == f"{name}.default.svc" and "--tls-client-ca" in args
+    health = next(p["containerPort"] for p in container["ports"] if p["name"] == "health")
+    assert container["readinessProbe"]["grpc"]["port"] == health == int(args[args.index("--health-port") + 1])
+    volume = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == f"{name}-tls"
+    (pod,) = [d for d in rendered if d["kind"] == "Pod"]
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert f"--tls-ca /etc/msgstore/tls/ca.crt --server-name {name}.default.svc --tls-cert" in script
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == f"{name}-tls"
+    text = notes(tmp_path, *TLS_VALUES)
+    assert "get secret t-msgstore-tls" in text and "--server-name t-msgstore.default.svc" in text  # (release t)
+    named = docs(helm("template", "r1", CHART, *TLS_VALUES, "--set", "store.tls.secretName=from-cert-manager").stdout)
+    (pod,) = [d for d in named if d["kind"] == "Pod"]
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "from-cert-manager"

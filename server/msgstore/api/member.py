@@ -82,6 +82,8 @@ class ServerOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     tls_ca: str | None = None  # CA bundle to verify the other members with (default: tls_client_ca, else tls_cert)
+    tls_server_name: str | None = None  # the name to verify in the other members' certificates (default: the address dialed)
+    health_port: int | None = None  # plain-text gRPC health only (the kubelet's probes, when the main port is TLS)
     peers: list[str] = field(default_factory=list)
     peers_dns: str | None = None
     peers_file: str | None = None
@@ -323,7 +325,10 @@ class Member:
                     chain = f.read()
                 with open(o.tls_key, "rb") as f:
                     key = f.read()
-            return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots, key, chain), options=PEER_CHANNEL_OPTIONS)
+            options = list(PEER_CHANNEL_OPTIONS)
+            if o.tls_server_name:
+                options.append(("grpc.ssl_target_name_override", o.tls_server_name))
+            return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots, key, chain), options=options)
         return grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
 
     async def _lock_data_dir(self, loop: asyncio.AbstractEventLoop) -> None:

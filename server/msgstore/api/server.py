@@ -78,6 +78,7 @@ class StoreServer(Member):
     def __init__(self, options: ServerOptions):
         super().__init__(options)
         self.server: grpc.aio.Server | None = None
+        self.health_server: grpc.aio.Server | None = None  # --health-port
 
     # ------------------------------------------------------------------ wiring
 
@@ -346,10 +347,26 @@ class StoreServer(Member):
                 raise PortInUse(
                     f"cannot serve metrics on {o.metrics_host or o.host}:{o.metrics_port} (--metrics-port): {e.strerror}"
                 ) from None
+        await self._serve_health(o)
         await self.server.start()
         bound = f"[{o.host}]:{self.bound_port}" if ":" in o.host else f"{o.host}:{self.bound_port}"
         log.info("listening", extra={"address": bound, "node": self.node_name, "advertise": self.advertise, "codec": codec_path()})
         loop.create_task(self._recover())
+
+    async def _serve_health(self, o: ServerOptions) -> None:
+        """``--health-port``: the same health answers in plain text, and nothing else (a
+        Kubernetes gRPC probe has no TLS; what it learns, SERVING or not, is no secret)."""
+        if o.health_port is None:
+            return
+        self.health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+        address = f"[{o.host}]:{o.health_port}" if ":" in o.host else f"{o.host}:{o.health_port}"
+        try:
+            _check_free(o.host, o.health_port)
+            self.health_server.add_insecure_port(address)
+        except (RuntimeError, OSError):
+            raise PortInUse(f"cannot listen on {address} (--health-port): the port is in use") from None
+        await self.health_server.start()
 
     async def stop(self) -> None:
         if self.stopping:
@@ -366,6 +383,8 @@ class StoreServer(Member):
             self.waiters.wake_all()
         if self.server is not None:
             await self.server.stop(self.options.grace_s)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
         if self.peers is not None:
             await self.peers.close()
         if self.replica is not None:

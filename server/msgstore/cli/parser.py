@@ -216,6 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="CA bundle to verify the other members with (replication, forwarded calls; default: --tls-client-ca, else --tls-cert)",
     )
     s.add_argument(
+        "--tls-server-name",
+        help="the name to verify in the other members' certificates (they are dialed by address: a certificate "
+        "renewed for a new pod address may not have landed yet; on Kubernetes the client Service's name)",
+    )
+    s.add_argument(
+        "--health-port",
+        type=_port(-1),
+        default=-1,
+        help="also answer gRPC health checks, and nothing else, in plain text on this port (the kubelet's gRPC "
+        "probes cannot speak TLS; -1 = off)",
+    )
+    s.add_argument(
         "--access-point",
         nargs="?",
         const="",

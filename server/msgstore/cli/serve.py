@@ -40,6 +40,8 @@ def cmd_serve(args) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         tls_ca=args.tls_ca,
+        tls_server_name=args.tls_server_name,
+        health_port=None if args.health_port < 0 else args.health_port,
         peers=peers,
         peers_dns=args.peers_dns,
         peers_file=args.peers_file,

@@ -1,0 +1,194 @@
+"""``spec.tls`` on the cluster: the Secrets holding a store's CA and its pods' certificate,
+issued and renewed here, and what the operator's own client needs to reach TLS pods.
+
+One server certificate serves every pod (they share the StatefulSet's Secret volume). Its
+names are the client Service's, every pod's under the headless Service, the pod names and the
+pod addresses; members and the operator verify the client Service's name (they dial pods by
+address, and a renewal for a new pod address takes the kubelet a moment to deliver). It is
+renewed when ``renewBeforeDays`` remain, when a name or a pod address is missing from it, when
+the CA changed, and when the user asks (annotation ``msgstore.io/renew-certificates``); the
+pods load a renewed one without a restart (``api/tls.py``). The CA itself is not renewed.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from . import certificates
+from .kube import Kube, NotFound
+from .pods import ReferenceMissing
+from .spec import RENEW_CERTIFICATES, Spec
+
+KEYS = ("tls.crt", "tls.key", "ca.crt")
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How the operator's client reaches the pods: plain text, or TLS with these files."""
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    server_name: str | None = None
+
+    def client_options(self) -> dict[str, Any]:
+        if not self.tls_ca:
+            return {}
+        return {"tls_ca": self.tls_ca, "tls_cert": self.tls_cert, "tls_key": self.tls_key, "server_name": self.server_name}
+
+
+PLAIN = Reach()
+
+
+def _decoded(secret: dict[str, Any]) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def _encoded(data: dict[str, bytes]) -> dict[str, str]:
+    return {k: base64.b64encode(v).decode() for k, v in data.items()}
+
+
+def _secret(spec: Spec, name: str, data: dict[str, bytes], kind: str, owner: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": kind,
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": dict(spec.labels), "ownerReferences": owner},
+        "data": _encoded(data),
+    }
+
+
+class Certificates:
+    """One pass's look at a store's certificates: ``prepare`` before the pods are asked."""
+
+    def __init__(self, kube: Kube, owner: list[dict[str, Any]], now: datetime.datetime | None = None):
+        self.kube = kube
+        self.owner = owner
+        self.now = now or datetime.datetime.now(datetime.UTC)
+        self.events: list[tuple[str, str, str]] = []
+        self.status: dict[str, Any] | None = None
+
+    def prepare(self, spec: Spec, pod_ips: list[str], annotations: dict[str, Any], status: dict[str, Any]) -> Reach:
+        """Issue or renew what is due; :class:`ReferenceMissing` when the user's Secret is not there."""
+        if spec.tls is None:
+            return PLAIN
+        if spec.tls.issued:
+            data = self._issued(spec, pod_ips, annotations, status.get("tls") or {})
+        else:
+            data = self._users(spec)
+        issued = certificates.read(data["tls.crt"])
+        self.status = {**(self.status or {}), "secretName": spec.tls_secret, "notAfter": _stamp(issued.not_after)}
+        if spec.tls.issued:
+            self.status["caSecretName"] = spec.ca_secret
+        return _files(spec, data)
+
+    def _users(self, spec: Spec) -> dict[str, bytes]:
+        name = spec.tls_secret
+        try:
+            data = _decoded(self.kube.get("Secret", spec.namespace, name))
+        except NotFound:
+            raise ReferenceMissing(
+                "SecretNotFound", f"Secret {name} (spec.tls.secretName) does not exist in namespace {spec.namespace}"
+            ) from None
+        missing = [k for k in KEYS if not data.get(k)]
+        if missing:
+            raise ReferenceMissing("SecretKeyNotFound", f"Secret {name} (spec.tls.secretName) has no {', '.join(missing)}")
+        try:
+            certificates.read(data["tls.crt"])
+        except ValueError as e:
+            raise ReferenceMissing("SecretInvalid", f"Secret {name} (spec.tls.secretName): tls.crt is not a certificate: {e}") from None
+        return data
+
+    def _ca(self, spec: Spec) -> certificates.Pair:
+        live = self.kube.get_or_none("Secret", spec.namespace, spec.ca_secret)
+        data = _decoded(live) if live else {}
+        if data.get("ca.crt") and data.get("ca.key"):
+            return certificates.Pair(data["ca.crt"], data["ca.key"])
+        ca = certificates.issue_ca(f"msgstore {spec.namespace}/{spec.name} CA", self.now)
+        obj = _secret(spec, spec.ca_secret, {"ca.crt": ca.cert, "ca.key": ca.key}, "Opaque", self.owner)
+        if live is None:
+            self.kube.create(obj)
+        else:
+            self.kube.replace({**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}})
+        self.events.append(("Normal", "CertificateAuthorityIssued", f"issued the store's CA into Secret {spec.ca_secret}"))
+        return ca
+
+    def _issued(self, spec: Spec, pod_ips: list[str], annotations: dict[str, Any], tls_status: dict[str, Any]) -> dict[str, bytes]:
+        assert spec.tls is not None
+        ca = self._ca(spec)
+        live = self.kube.get_or_none("Secret", spec.namespace, spec.tls_secret)
+        data = _decoded(live) if live else {}
+        request = str(annotations.get(RENEW_CERTIFICATES) or "")
+        why = self._renewal_due(spec, ca, data, pod_ips, request, tls_status)
+        self.status = {"renewRequest": request} if request else {}
+        if not why:
+            return data
+        pair = certificates.issue_server(ca, spec.tls_server_name, spec.tls_dns_names(), sorted(pod_ips), spec.tls.validity_days, self.now)
+        data = {"tls.crt": pair.cert, "tls.key": pair.key, "ca.crt": ca.cert}
+        obj = _secret(spec, spec.tls_secret, data, "kubernetes.io/tls", self.owner)
+        if live is None:
+            self.kube.create(obj)
+        else:
+            self.kube.replace({**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}})
+        until = _stamp(certificates.read(pair.cert).not_after)
+        reason = "CertificateIssued" if live is None else "CertificateRenewed"
+        self.events.append(("Normal", reason, f"Secret {spec.tls_secret}: a certificate valid until {until} ({why})"))
+        return data
+
+    def _renewal_due(
+        self, spec: Spec, ca: certificates.Pair, data: dict[str, bytes], pod_ips: list[str], request: str, tls_status: dict[str, Any]
+    ) -> str:
+        """Why the server certificate must be (re)issued now, or ''."""
+        assert spec.tls is not None
+        if not all(data.get(k) for k in KEYS):
+            return "none yet"
+        try:
+            issued = certificates.read(data["tls.crt"])
+            pair_ok = certificates.key_matches(certificates.Pair(data["tls.crt"], data["tls.key"]))
+        except ValueError:
+            return "the Secret held no usable certificate"
+        if not pair_ok:
+            return "the Secret's key did not match its certificate"
+        if data["ca.crt"] != ca.cert or not certificates.signed_by(data["tls.crt"], ca.cert):
+            return f"the CA in Secret {spec.ca_secret} changed"
+        left = issued.not_after - self.now
+        if left <= datetime.timedelta(days=spec.tls.renew_before_days):
+            return f"{max(0, left.days)} days left, renewBeforeDays {spec.tls.renew_before_days}"
+        missing = [n for n in spec.tls_dns_names() if n not in issued.dns] + [ip for ip in pod_ips if ip not in issued.ips]
+        if missing:
+            return f"new names or pod addresses: {', '.join(missing[:5])}"
+        if request and request != tls_status.get("renewRequest"):
+            return f"asked for by {RENEW_CERTIFICATES}={request}"
+        return ""
+
+
+def _stamp(when: datetime.datetime) -> str:
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _files(spec: Spec, data: dict[str, bytes]) -> Reach:
+    """The CA (and, for mutual TLS, the pods' own pair: the operator presents it as a client)
+    as files the gRPC client reads, under the operator's temporary directory."""
+    assert spec.tls is not None
+    base = os.path.join(os.environ.get("MSGSTORE_OPERATOR_TMP") or tempfile.gettempdir(), "msgstore-operator", spec.namespace, spec.name)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    paths = {}
+    for key in ("ca.crt", *(("tls.crt", "tls.key") if spec.tls.client_authentication else ())):
+        path = paths[key] = os.path.join(base, key)
+        try:
+            with open(path, "rb") as f:
+                same = f.read() == data[key]
+        except FileNotFoundError:
+            same = False
+        if not same:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data[key])
+            os.replace(tmp, path)
+    return Reach(paths["ca.crt"], paths.get("tls.crt"), paths.get("tls.key"), spec.tls_server_name)
