@@ -43,14 +43,17 @@ def render_chart() -> dict[str, str]:
     values["properties"]["store"]["properties"]["replication"] = crd.values_replication()
     values["properties"]["store"]["properties"]["access"] = crd.values_access()
     values["properties"]["store"]["properties"]["tls"] = crd.values_tls()
+    users = CRD_HEADER + yaml.safe_dump(crd.user_definition(), sort_keys=False, width=120)
     return {
         "charts/msgstore/crds/messagestores.msgstore.io.yaml": text,
+        "charts/msgstore/crds/messagestoreusers.msgstore.io.yaml": users,
         "charts/msgstore/values.schema.json": json.dumps(values, indent=2) + "\n",
     }
 
 
 def render(chart: dict[str, str]) -> dict[str, str]:
     crd = chart["charts/msgstore/crds/messagestores.msgstore.io.yaml"]
+    users = chart["charts/msgstore/crds/messagestoreusers.msgstore.io.yaml"]
     operator = subprocess.run(
         [helm_binary(), "template", "msgstore", CHART, "--namespace", NAMESPACE, "--set", "operator.scope=cluster"],
         check=True,
@@ -58,7 +61,11 @@ def render(chart: dict[str, str]) -> dict[str, str]:
         text=True,
     ).stdout
     namespace = f"---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
-    return {"deploy/crds/messagestores.msgstore.io.yaml": HEADER + crd, "deploy/operator.yaml": HEADER + namespace + operator}
+    return {
+        "deploy/crds/messagestores.msgstore.io.yaml": HEADER + crd,
+        "deploy/crds/messagestoreusers.msgstore.io.yaml": HEADER + users,
+        "deploy/operator.yaml": HEADER + namespace + operator,
+    }
 
 
 def _write(rel: str, text: str) -> None:

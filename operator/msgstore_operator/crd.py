@@ -286,6 +286,111 @@ def definition() -> dict[str, Any]:
     }
 
 
+RESOURCE_PATTERN = r"^((topic|group):[A-Za-z0-9_%|-]{1,255}\*?|(topic|group):\*|cluster|\*)$"
+
+
+def user_definition() -> dict[str, Any]:
+    """MessageStoreUser: a user of one MessageStore and its permissions (store-format.md §20)."""
+    entry = {
+        "type": "object",
+        "required": ["resource", "actions"],
+        "properties": {
+            "resource": {
+                "type": "string",
+                "pattern": RESOURCE_PATTERN,
+                "description": "topic:NAME, topic:PREFIX*, group:NAME, group:PREFIX*, cluster or *.",
+            },
+            "actions": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "enum": ["pub", "sub", "create", "update", "delete", "get", "list", "all"]},
+                "x-kubernetes-list-type": "set",
+            },
+            "decision": {"type": "string", "enum": ["Allow", "Deny"], "default": "Allow", "description": "A matching Deny always wins."},
+            "sourceIps": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Addresses or CIDR ranges the entry applies to (none: any).",
+            },
+        },
+    }
+    spec = {
+        "type": "object",
+        "required": ["store"],
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(self.superUser) || !self.superUser || !has(self.entries) || size(self.entries) == 0",
+                "message": "spec.entries: a super user may do everything, its entries would mean nothing",
+            },
+        ],
+        "properties": {
+            "store": {"type": "string", "minLength": 1, "description": "The MessageStore (same namespace)."},
+            "accessKey": {
+                "type": "string",
+                "pattern": r"^[A-Za-z0-9_.@-]{3,64}$",
+                "description": "The user's access key (default: the resource's name).",
+            },
+            "secretName": {
+                "type": "string",
+                "description": "The Secret the operator writes accessKey, secretKey and endpoint into (default "
+                "<name>-credentials); deleting it makes a new secret key. A Secret of that name the operator did not "
+                "create is refused.",
+            },
+            "superUser": {"type": "boolean", "default": False, "description": "Every permission on the store."},
+            "entries": {"type": "array", "maxItems": 256, "items": entry, "description": "What the user may do."},
+        },
+    }
+    return _definition(
+        "MessageStoreUser",
+        "messagestoreusers",
+        ["msuser"],
+        "A user of a MessageStore: an access key, a secret key the operator writes into a Secret, and permissions.",
+        spec,
+        [
+            {"name": "Store", "type": "string", "jsonPath": ".spec.store"},
+            {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+            {"name": "Secret", "type": "string", "jsonPath": ".status.secretName"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    )
+
+
+def _definition(kind: str, plural: str, short: list[str], description: str, spec: dict, columns: list) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/name": "msgstore"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short,
+                "categories": ["msgstore"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": description,
+                            "properties": {"spec": spec, "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def values_store_config() -> dict[str, Any]:
     """The chart's ``store.config`` in values.schema.json: the same typed settings."""
     props = {}
@@ -308,4 +413,4 @@ def values_replication() -> dict[str, Any]:
     return {**schema, "additionalProperties": False}
 
 
-__all__ = ["definition", "values_store_config", "values_replication", "values_access", "values_tls", "KEYS"]
+__all__ = ["definition", "values_store_config", "values_replication", "values_access", "values_tls", "user_definition", "KEYS"]

@@ -133,6 +133,16 @@ def pod_changed(body, memo, **_) -> None:
         observer.poke(f"{meta.get('namespace')}/{instance}")
 
 
+@kopf.on.event(GROUP, VERSION, "messagestoreusers")
+def user_changed(body, memo, **_) -> None:
+    """A MessageStoreUser was made, changed or deleted: its store's next pass puts it on the
+    store (or takes it off), soon. No finalizer: a deletion is noticed from the store's side."""
+    meta, store = body.get("metadata", {}), (body.get("spec") or {}).get("store")
+    observer = getattr(memo, "observer", None)
+    if store and observer is not None:
+        observer.poke(f"{meta.get('namespace')}/{store}")
+
+
 class Observer:
     """Reconciles every MessageStore periodically, and the busy ones every second."""
 

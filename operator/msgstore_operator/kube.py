@@ -24,6 +24,9 @@ VERBS: frozenset[tuple[str, str, str]] = frozenset(
         ("msgstore.io", "messagestores", "list"),
         ("msgstore.io", "messagestores", "patch"),
         ("msgstore.io", "messagestores/status", "patch"),
+        # MessageStoreUser resources (users.py): read in the store's pass, their status written
+        ("msgstore.io", "messagestoreusers", "list"),
+        ("msgstore.io", "messagestoreusers/status", "patch"),
         ("apps", "statefulsets", "get"),
         ("apps", "statefulsets", "create"),
         ("apps", "statefulsets", "patch"),
@@ -69,6 +72,8 @@ KOPF_VERBS: frozenset[tuple[str, str, str]] = frozenset(
     {
         ("msgstore.io", "messagestores", "list"),
         ("msgstore.io", "messagestores", "watch"),
+        ("msgstore.io", "messagestoreusers", "list"),
+        ("msgstore.io", "messagestoreusers", "watch"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
     }
@@ -91,6 +96,7 @@ PLURALS = {
     "Event": ("", "v1", "events"),
     "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
     "MessageStore": ("msgstore.io", "v1alpha1", "messagestores"),
+    "MessageStoreUser": ("msgstore.io", "v1alpha1", "messagestoreusers"),
     "Lease": ("coordination.k8s.io", "v1", "leases"),
     "ServiceAccount": ("", "v1", "serviceaccounts"),
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),

@@ -23,6 +23,7 @@ from .kube import ApiError, Kube
 from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, list_pods, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
 from .tls import PLAIN, Certificates
+from .users import Users
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,10 @@ class Reconciler:
         self._manual_delete(spec, pods, token, annotations, status, out)
         self._roll(spec, pods, desired_hash, replicas, status, out)
         self._status(spec, pods, desired_hash, replicas, meta, conditions, status, out)
+        if missing is None:
+            users = Users(self.kube, spec, token, self._reach.client_options())
+            users.reconcile(pods, status)
+            out.events += users.events
         if missing is not None:
             decide.set_condition(conditions, "Ready", False, missing.reason, str(missing))
         return out

@@ -25,8 +25,10 @@ from tests.support.servers import free_port
 
 NS = "stores"
 CR = "msgstore.io/v1alpha1/messagestores"
+USERS = "msgstore.io/v1alpha1/messagestoreusers"
 RESOURCES = {
     CR: dict(kind="MessageStore", namespaced=True, subresources=["status"]),
+    USERS: dict(kind="MessageStoreUser", namespaced=True, subresources=["status"]),
     "apiextensions.k8s.io/v1/customresourcedefinitions": dict(kind="CustomResourceDefinition", namespaced=False),
     "v1/namespaces": dict(kind="Namespace", namespaced=False),
     "v1/events": dict(kind="Event", namespaced=True),

@@ -74,7 +74,7 @@ async def test_the_operator_issues_certificates_and_pods_serve_only_tls(env, tmp
         c.create_topic("t", 2)
         sent = c.send("t", b"over tls")
         q = next(x for x in c.route("t").queues if x.node == sent.node and x.queue_id == sent.queue_id)
-        assert [m.body for m in c.pull("t", q, sent.queue_offset).messages] == [b"over tls"]
+        assert [m.body for m in c.pull("t", q, sent.queue_offset, timeout_ms=3000).messages] == [b"over tls"]
     with pytest.raises(StoreError) as e:
         Client(address, timeout=3).admin().status()
     assert e.value.code == grpc.StatusCode.UNAVAILABLE  # plain text is not served
@@ -112,7 +112,7 @@ async def test_a_named_secret_with_mutual_tls(env, tmp_path):
     with Client(address, tls_ca=f["ca.crt"], tls_cert=f["app.crt"], tls_key=f["app.key"], server_name=SERVER_NAME, timeout=10) as c:
         c.create_topic("t", 1)
         sent = c.send("t", b"m")
-        assert [m.body for m in c.pull("t", c.route("t").queues[0], sent.queue_offset).messages] == [b"m"]
+        assert [m.body for m in c.pull("t", c.route("t").queues[0], sent.queue_offset, timeout_ms=3000).messages] == [b"m"]
     for cert, key in ((None, None), (f["x.crt"], f["x.key"])):
         with pytest.raises(StoreError) as e:
             with Client(address, tls_ca=f["ca.crt"], tls_cert=cert, tls_key=key, server_name=SERVER_NAME, timeout=3) as c:
