@@ -9,9 +9,11 @@ created once); each says what it checks.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import os
 import signal
+import ssl
 import threading
 import time
 
@@ -881,6 +883,120 @@ def test_admin_token_rotation_keeps_the_store_manageable(k8s: K8s, release):
     )
     assert k8s.condition(NS, "vault", "AdminTokenRejected").get("status") == "False"
     k8s.kubectl("delete", "mstore", "vault", "-n", NS, "--wait=true")
+
+
+def _secret_data(k8s: K8s, ns: str, name: str) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (k8s.get(f"/api/v1/namespaces/{ns}/secrets/{name}").get("data") or {}).items()}
+
+
+def test_tls_and_two_users_from_resources_with_a_renewal_under_load(k8s: K8s, release, tmp_path):
+    """Issue 32 under the chart's RBAC: a store with spec.tls (the operator's CA and certificate)
+    and callers checked; two MessageStoreUsers, one may publish orders, one subscribe as billing,
+    each with the Secret the operator wrote; a certificate renewal while the publisher sends loses
+    nothing and restarts nothing; a deleted user resource takes the user off the store."""
+    namespace(k8s, NS)
+    k8s.kubectl("create", "secret", "generic", "secure-admin", "-n", NS, "--from-literal=token=secure-adm1n")
+    k8s.apply(
+        store_doc("secure", replicas=2, adminTokenSecret={"name": "secure-admin"}, tls={}, store={**SMALL, "authorizationEnabled": True})
+    )
+    k8s.wait(lambda: k8s.ready(NS, "secure"), 120, "secure Ready")
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(_secret_data(k8s, NS, "secure-tls")["ca.crt"])
+    pods = ("secure-0", "secure-1")
+    addresses = ",".join(k8s.address(NS, p) for p in pods)
+    tls = {"tls_ca": str(ca), "server_name": f"secure.{NS}.svc"}
+    with Client(addresses, admin_token="secure-adm1n", timeout=10, **tls) as admin:
+        admin.create_topic("orders", 2)
+        admin.create_topic("audit", 1)
+    with pytest.raises(StoreError) as e:  # plain text is not served
+        Client(addresses, admin_token="secure-adm1n", timeout=3).admin(k8s.address(NS, "secure-0")).status()
+    assert e.value.code.name == "UNAVAILABLE"
+
+    def user(name: str, entries: list) -> dict:
+        meta = {"name": name, "namespace": NS}
+        return {
+            "apiVersion": "msgstore.io/v1alpha1",
+            "kind": "MessageStoreUser",
+            "metadata": meta,
+            "spec": {"store": "secure", "entries": entries},
+        }
+
+    k8s.apply(user("publisher", [{"resource": "topic:orders", "actions": ["pub"]}]))
+    k8s.apply(user("billing", [{"resource": "topic:orders", "actions": ["sub"]}, {"resource": "group:billing", "actions": ["sub"]}]))
+
+    def user_ready(name: str) -> bool:
+        obj = k8s.get(f"/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestoreusers/{name}")
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
+
+    k8s.wait(lambda: user_ready("publisher") and user_ready("billing"), 60, "both users Ready")
+    pub = {k: v.decode() for k, v in _secret_data(k8s, NS, "publisher-credentials").items()}
+    bill = {k: v.decode() for k, v in _secret_data(k8s, NS, "billing-credentials").items()}
+    assert pub["accessKey"] == "publisher" and pub["endpoint"] == f"secure.{NS}.svc:10911"
+    publisher = Client(addresses, access_key="publisher", secret_key=pub["secretKey"], timeout=10, **tls)
+    billing = Client(addresses, access_key="billing", secret_key=bill["secretKey"], timeout=10, **tls)
+    for refused, call in (
+        ("publisher", lambda: publisher.send("audit", b"no")),
+        ("billing", lambda: billing.send("orders", b"no")),
+    ):
+        with pytest.raises(StoreError) as e:
+            call()
+        assert e.value.code.name == "PERMISSION_DENIED" and refused in e.value.details
+
+    # the publisher sends while the certificate is renewed; nothing acknowledged is lost
+    before = _secret_data(k8s, NS, "secure-tls")["tls.crt"]
+    pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pods}
+    acked: list[tuple[str, int, int, bytes]] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set() and i < 3000:
+            body = b"tls-%d" % i
+            try:
+                r = publisher.send("orders", body)
+                acked.append((r.node, r.queue_id, r.queue_offset, body))
+            except StoreError:
+                pass
+            i += 1
+            stop.wait(0.01)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    k8s.wait(lambda: len(acked) > 20, 30, "acknowledged sends before the renewal")
+    k8s.kubectl("annotate", "mstore", "secure", "-n", NS, "msgstore.io/renew-certificates=e2e")
+    k8s.wait(lambda: _secret_data(k8s, NS, "secure-tls")["tls.crt"] != before, 60, "the renewed certificate in its Secret")
+    renewed = _secret_data(k8s, NS, "secure-tls")["tls.crt"]
+
+    def served(pod: str) -> bytes:
+        host, port = k8s.address(NS, pod).rsplit(":", 1)
+        return ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate((host, int(port))))
+
+    k8s.wait(lambda: all(served(p) == ssl.PEM_cert_to_DER_cert(renewed.decode()) for p in pods), 60, "every pod serving it")
+    count = len(acked)
+    k8s.wait(lambda: len(acked) > count + 20, 30, "acknowledged sends after the renewal")
+    stop.set()
+    thread.join(30)
+    assert {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in pods} == pids  # no restart
+    k8s.wait(lambda: k8s.events(NS, "CertificateRenewed", "secure"), 30, "the CertificateRenewed event")
+    for node, qid, off, body in acked:
+        q = queue_on(billing, "orders", node, qid)
+        got = billing.pull("orders", q, off, max_messages=1, timeout_ms=2000, group="billing")
+        assert got.messages and got.messages[0].body == body, (node, qid, off)
+
+    # the billing resource deleted: its user leaves the store, its Secret goes with it
+    k8s.kubectl("delete", "messagestoreuser", "billing", "-n", NS, "--wait=true")
+
+    def billing_gone() -> bool:
+        try:
+            billing.pull("orders", queue_on(billing, "orders", "secure-0"), 0, max_messages=1, group="billing")
+            return False
+        except StoreError as e:
+            return e.code.name == "UNAUTHENTICATED"
+
+    k8s.wait(billing_gone, 60, "the billing user gone from the store")
+    publisher.close()
+    billing.close()
+    k8s.kubectl("delete", "mstore", "secure", "-n", NS, "--wait=true")
 
 
 def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):
