@@ -87,7 +87,11 @@ class Users:
         self.events: list[tuple[str, str, str]] = []  # on the MessageStore
 
     def reconcile(self, pods: list[PodView], status: dict[str, Any]) -> None:
-        resources = [u for u in self.kube.list(KIND, self.spec.namespace) if (u.get("spec") or {}).get("store") == self.spec.name]
+        try:
+            listed = self.kube.list(KIND, self.spec.namespace)
+        except NotFound:  # the CRD is not installed (helm upgrade does not update crds/): no users to manage
+            listed = []
+        resources = [u for u in listed if (u.get("spec") or {}).get("store") == self.spec.name]
         managed = set(status.get(MANAGED) or [])
         if not resources and not managed:
             return
