@@ -6,7 +6,8 @@ import base64
 import datetime
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -53,6 +54,7 @@ class PodView:
     error: str = ""
     token: str | None = None  # the admin token this pod accepted
     role: dict[str, Any] | None = None  # Admin.GetRole (replicated stores): role, epoch, end_offset, master_address, lag...
+    reach: dict[str, Any] = field(default_factory=dict)  # the TLS options this pod is reached with (tls.Reaches)
 
     @property
     def address(self) -> str | None:
@@ -152,10 +154,9 @@ def admin_token(kube: Kube, spec: Spec) -> str | None:
     return base64.b64decode(raw).decode().strip()
 
 
-def admin_client(spec: Spec, pod: PodView, token: str | None, reach: dict[str, Any] | None = None) -> Client:
-    """``reach``: TLS options of the operator's client (tls.Reach.client_options)."""
+def admin_client(spec: Spec, pod: PodView, token: str | None) -> Client:
     token = pod.token if pod.token is not None else token
-    return Client(f"{pod.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S, **(reach or {}))
+    return Client(f"{pod.ip}:{spec.port}", admin_token=token, timeout=ADMIN_TIMEOUT_S, **pod.reach)
 
 
 def admin_of(client: Client, spec: Spec, pod: PodView) -> AdminClient:
@@ -190,13 +191,19 @@ def _ask(spec: Spec, view: PodView, token: str | None, reach: dict[str, Any]) ->
 
 
 def observe(
-    kube: Kube, spec: Spec, token: str | None, reachable: bool = True, reach: dict[str, Any] | None = None, pods: list | None = None
+    kube: Kube,
+    spec: Spec,
+    token: str | None,
+    reachable: bool = True,
+    reach: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    pods: list | None = None,
 ) -> list[PodView]:
     """Every pod of the store, highest ordinal first, with its store status where reachable.
 
     A pod that refuses the current admin token is asked with the token it accepted last (a
     Secret rotation the pod has not seen yet); ``reachable=False`` skips the admin calls;
-    ``pods``: the store's pods, when the caller has listed them already."""
+    ``reach``: a pod's TLS options (plain text without); ``pods``: the store's pods, when the
+    caller has listed them already."""
     key = (spec.namespace, spec.name)
     with _accepted_lock:
         previous = _accepted.get(key)
@@ -216,11 +223,12 @@ def observe(
             phase=status.get("phase", ""),
             pending=_pending_reason(pod),
             unpullable=_unpullable_image(pod),
+            reach=reach(pod) if reach is not None else {},
         )
         if view.ip and not view.deleting and reachable:
             for candidate in candidates:
                 try:
-                    view.store, view.role = _ask(spec, view, candidate, reach or {})
+                    view.store, view.role = _ask(spec, view, candidate, view.reach)
                     view.token, view.error = candidate, ""
                     break
                 except StoreError as e:

@@ -22,7 +22,7 @@ from . import decide, render, replication
 from .kube import ApiError, Kube
 from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, list_pods, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
-from .tls import PLAIN, Certificates
+from .tls import PLAIN, Certificates, Reaches
 from .users import Users
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class Reconciler:
         elif spec.tls is None:
             status.pop("tls", None)
         self._report(conditions, out, "ReferenceMissing", missing.reason if missing else "", str(missing or ""), ok_reason="AllFound")
-        pods = observe(self.kube, spec, token, reachable=missing is None, reach=self._reach.client_options(), pods=listed)
+        pods = observe(self.kube, spec, token, reachable=missing is None, reach=Reaches(self.kube, spec, self._reach).of, pods=listed)
         self._token = token
         nonce = self._restart_nonce(annotations, status, out)
         replicas = self._replicas(spec, pods, annotations, conditions, out)
@@ -352,7 +352,7 @@ class Reconciler:
                     continue
                 return False
             try:
-                with admin_client(spec, p, token, self._reach.client_options()) as c:
+                with admin_client(spec, p, token) as c:
                     admin = admin_of(c, spec, p)
                     if isinstance(action, replication.Fence):
                         fenced_end = admin.fence(action.epoch, f"the operator elects epoch {action.epoch}").end_offset
@@ -399,7 +399,7 @@ class Reconciler:
                 return
             p = pods.get(fenced.pod)
             assert p is not None
-            with admin_client(spec, p, token, self._reach.client_options()) as c:
+            with admin_client(spec, p, token) as c:
                 admin_of(c, spec, p).promote(epoch=fenced.epoch, mode=spec.replication.mode)
         except (ApiError, StoreError, AssertionError) as e:
             out.events.append(("Warning", "SwitchoverAborted", f"{why}; giving {fenced.pod} its office back failed ({e})"))
@@ -464,7 +464,7 @@ class Reconciler:
             if not changes:
                 continue
             try:
-                with admin_client(spec, p, token, self._reach.client_options()) as c:
+                with admin_client(spec, p, token) as c:
                     res = admin_of(c, spec, p).update_config(changes)
                 p.store["config_generation"] = res.generation
                 p.store["config"].update(changes)
@@ -486,7 +486,7 @@ class Reconciler:
                 entry["error"] = p.error or "not reachable"
             else:
                 try:
-                    with admin_client(spec, p, token, self._reach.client_options()) as c:
+                    with admin_client(spec, p, token) as c:
                         res = admin_of(c, spec, p).manual_delete()
                     entry.update(deletedSegments=res.deleted_segments, minPhyOffset=res.min_phy_offset)
                 except StoreError as e:

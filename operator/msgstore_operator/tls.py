@@ -171,14 +171,16 @@ def _stamp(when: datetime.datetime) -> str:
     return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _files(spec: Spec, data: dict[str, bytes]) -> Reach:
+def _files(spec: Spec, data: dict[str, bytes], mutual: bool | None = None, server_name: str | None = None, secret: str = "") -> Reach:
     """The CA (and, for mutual TLS, the pods' own pair: the operator presents it as a client)
     as files the gRPC client reads, under the operator's temporary directory."""
-    assert spec.tls is not None
+    mutual = bool(spec.tls and spec.tls.client_authentication) if mutual is None else mutual
     base = os.path.join(os.environ.get("MSGSTORE_OPERATOR_TMP") or tempfile.gettempdir(), "msgstore-operator", spec.namespace, spec.name)
+    if secret:
+        base = os.path.join(base, secret)
     os.makedirs(base, mode=0o700, exist_ok=True)
     paths = {}
-    for key in ("ca.crt", *(("tls.crt", "tls.key") if spec.tls.client_authentication else ())):
+    for key in ("ca.crt", *(("tls.crt", "tls.key") if mutual else ())):
         path = paths[key] = os.path.join(base, key)
         try:
             with open(path, "rb") as f:
@@ -191,4 +193,50 @@ def _files(spec: Spec, data: dict[str, bytes]) -> Reach:
             with os.fdopen(fd, "wb") as f:
                 f.write(data[key])
             os.replace(tmp, path)
-    return Reach(paths["ca.crt"], paths.get("tls.crt"), paths.get("tls.key"), spec.tls_server_name)
+    return Reach(paths["ca.crt"], paths.get("tls.crt"), paths.get("tls.key"), server_name or spec.tls_server_name)
+
+
+def pod_tls(pod: dict[str, Any]) -> tuple[str, str, bool] | None:
+    """How a pod serves, from its own spec: (its certificate's Secret, the name to verify,
+    mutual TLS), or None for plain text. While ``spec.tls`` is switched on or off, the pods of
+    the roll serve as their template said, not as the spec says now."""
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or [{}]
+    args = list(containers[0].get("args") or [])
+    if "--tls-cert" not in args:
+        return None
+    volume = next((v for v in spec.get("volumes") or [] if v.get("name") == "tls"), {})
+    secret = (volume.get("secret") or {}).get("secretName", "")
+    name = args[args.index("--tls-server-name") + 1] if "--tls-server-name" in args[:-1] else ""
+    return secret, name, "--tls-client-ca" in args
+
+
+class Reaches:
+    """Each pod's way in for one pass: the spec's (prepared), or, for a pod a roll has not
+    replaced yet, the one its own template names (read from that Secret once)."""
+
+    def __init__(self, kube: Kube, spec: Spec, prepared: Reach):
+        self.kube, self.spec, self.prepared = kube, spec, prepared
+        self._read: dict[tuple[str, str, bool], Reach | None] = {}
+
+    def of(self, pod: dict[str, Any]) -> dict[str, Any]:
+        served = pod_tls(pod)
+        if served is None:
+            return {}
+        secret, name, mutual = served
+        spec_tls = self.spec.tls
+        if spec_tls is not None and secret == self.spec.tls_secret and mutual == spec_tls.client_authentication and self.prepared.tls_ca:
+            return self.prepared.client_options()
+        if served not in self._read:
+            self._read[served] = self._load(secret, name, mutual)
+        reach = self._read[served]
+        return reach.client_options() if reach is not None else self.prepared.client_options()
+
+    def _load(self, secret: str, name: str, mutual: bool) -> Reach | None:
+        try:
+            data = _decoded(self.kube.get("Secret", self.spec.namespace, secret))
+        except NotFound:
+            return None
+        if not data.get("ca.crt") or (mutual and not (data.get("tls.crt") and data.get("tls.key"))):
+            return None
+        return _files(self.spec, data, mutual, name or None, secret=f"previous-{secret}")

@@ -95,7 +95,8 @@ class Users:
         managed = set(status.get(MANAGED) or [])
         if not resources and not managed:
             return
-        reachable = [f"{p.ip}:{self.spec.port}" for p in pods if p.store is not None and not p.deleting]
+        # (during a roll that switches TLS on or off, the pods already serving as the spec says)
+        reachable = [f"{p.ip}:{self.spec.port}" for p in pods if p.store is not None and not p.deleting and p.reach == self.reach]
         problem = ""
         if self.token is None:
             problem = f"MessageStore {self.spec.name} has no spec.adminTokenSecret: users are managed with the admin token"

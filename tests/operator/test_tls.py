@@ -169,3 +169,42 @@ def test_the_operator_keeps_its_files_private(tmp_path, monkeypatch):
     reach = _files(_spec(clientAuthentication="Required"), {"ca.crt": b"C", "tls.crt": b"T", "tls.key": b"K"})
     assert reach.server_name == SERVER_NAME and open(reach.tls_key, "rb").read() == b"K"
     assert os.stat(reach.tls_key).st_mode & 0o077 == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_switching_tls_on_and_off_rolls_the_pods_and_the_operator_follows(env, tmp_path):
+    """During the roll each pod is reached as its own template serves (plain text or TLS), so
+    the roll finishes both ways; afterwards only the new way is served."""
+    await env.create(replicas=2, store=SMALL)
+    await env.until(lambda: env.condition("Ready").get("status") == "True", what="Ready", timeout=90)
+
+    def rolled_and_ready() -> bool:
+        st = env.store().get("status") or {}
+        return (
+            (st.get("lastRoll") or {}).get("state") == "done"
+            and env.condition("Ready").get("status") == "True"
+            and all(p.get("upToDate") for p in st.get("pods", []))
+        )
+
+    rolls = len([h for h in env.cluster.history if h[0] == "stopped"])
+    await env.patch(spec={"tls": {}})
+    await env.until(
+        lambda: len([h for h in env.cluster.history if h[0] == "stopped"]) >= rolls + 2 and rolled_and_ready(),
+        what="the roll to TLS",
+        timeout=120,
+    )
+    ca = _files(tmp_path, **{"ca.crt": _secret(env, "orders-tls")["ca.crt"]})["ca.crt"]
+    for pod in ("orders-0", "orders-1"):
+        address = env.cluster.containers[pod].address
+        assert Client(address, tls_ca=ca, server_name=SERVER_NAME, timeout=5).admin().status()["state"] == "running"
+    rolls = len([h for h in env.cluster.history if h[0] == "stopped"])
+    await env.patch(spec={"tls": None})
+    await env.until(
+        lambda: len([h for h in env.cluster.history if h[0] == "stopped"]) >= rolls + 2 and rolled_and_ready(),
+        what="the roll back to plain text",
+        timeout=120,
+    )
+    for pod in ("orders-0", "orders-1"):
+        assert Client(env.cluster.containers[pod].address, timeout=5).admin().status()["state"] == "running"
+    assert "tls" not in env.store()["status"]
