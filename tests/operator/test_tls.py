@@ -10,7 +10,7 @@ import grpc
 import kubernetes_validate
 import pytest
 
-from msgstore.client import Client, StoreError
+from msgstore.client import Client, OutMessage, StoreError
 from msgstore_operator import certificates
 from msgstore_operator.spec import RENEW_CERTIFICATES, Tls, parse
 from msgstore_operator.tls import Certificates
@@ -208,3 +208,23 @@ async def test_switching_tls_on_and_off_rolls_the_pods_and_the_operator_follows(
     for pod in ("orders-0", "orders-1"):
         assert Client(env.cluster.containers[pod].address, timeout=5).admin().status()["state"] == "running"
     assert "tls" not in env.store()["status"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_a_replicated_store_replicates_over_tls(env, tmp_path):
+    """Members follow their master over TLS, verifying the client Service's name (they dial
+    each other by address); a SYNC send is acknowledged only once a follower holds it."""
+    from tests.operator.test_replication import followers_connected
+
+    replication = {"replicas": 3, "mode": "SYNC", "inSyncReplicas": 2, "failoverAfterSeconds": 2}
+    await env.create(replicas=1, store=SMALL, replication=replication, tls={"clientAuthentication": "Required"})
+    await env.until(
+        lambda: env.condition("Ready").get("status") == "True" and followers_connected(env), timeout=90, what="Ready with followers"
+    )
+    data = _secret(env, "orders-tls")
+    f = _files(tmp_path, **{"ca.crt": data["ca.crt"], "tls.crt": data["tls.crt"], "tls.key": data["tls.key"]})
+    addresses = ",".join(c.address for c in env.cluster.containers.values())
+    with Client(addresses, tls_ca=f["ca.crt"], tls_cert=f["tls.crt"], tls_key=f["tls.key"], server_name=SERVER_NAME, timeout=10) as c:
+        c.create_topic("t", 1)
+        assert all(r.status == "PUT_OK" for r in c.send_batch("t", [OutMessage(b"a"), OutMessage(b"b")]))

@@ -71,6 +71,7 @@ V1: dict[str, Callable[[Any], Iterable[Need]]] = {
     "CommitOffset": _topic_and_group("sub"),
     "GetCommittedOffset": _topic_and_group("sub"),
     "CreateTopic": lambda r: [("topic", r.topic, "create")],
+    "DeleteTopic": lambda r: [("topic", r.topic, "delete")],
     "ListTopics": _none,  # answers the topics the caller may use (servicer.ListTopics)
     "GetRoute": _route,
     "Heartbeat": _heartbeat,
@@ -81,6 +82,7 @@ V1: dict[str, Callable[[Any], Iterable[Need]]] = {
     "Ack": _topic_and_group("sub"),
     "ChangeInvisible": _topic_and_group("sub"),
     "UpdateGroup": lambda r: [("group", r.group, "update")],
+    "DeleteGroup": lambda r: [("group", r.group, "delete")],
     "EndTransaction": _none,  # the topic of its half message (transaction_service)
     "TransactionChecks": lambda r: [("group", r.producer_group, "pub")] if r.producer_group else [],
 }

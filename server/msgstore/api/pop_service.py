@@ -226,3 +226,16 @@ class PopHandlers:
             groups.changed()
         await asyncio.get_running_loop().run_in_executor(self.server.executor, groups.persist)
         return pb.UpdateGroupResponse(policy=group_policy(entry))
+
+    async def DeleteGroup(self, request: pb.DeleteGroupRequest, context) -> pb.DeleteGroupResponse:
+        group = v.check_group(request.group)
+        await self._pop_master(context)
+        store = self.server.store
+        loop = asyncio.get_running_loop()
+        deleted = await loop.run_in_executor(self.server.executor, store.groups.delete, group)
+        pop = self.server.broker.pop  # type: ignore[union-attr]
+        with pop.lock:
+            pop.fifo.forget(group)  # (a FIFO group's state: it orders no more)
+        if request.remove_offsets:
+            deleted = bool(await loop.run_in_executor(self.server.executor, store.offsets.drop_group, group)) or deleted
+        return pb.DeleteGroupResponse(deleted=deleted)

@@ -16,8 +16,9 @@ from .. import wire
 from ..acl.identity import CALLER, Denied
 from ..record import codec
 from ..record.selector import Selector
-from ..store import GetStatus, PutStatus, Unavailable
+from ..store import GetStatus, PutStatus, TopicNotEmpty, Unavailable
 from ..store.limits import ResourceLimit
+from ..store.metadata import MESSAGE_TYPES
 from ..store.results import GetResult, failed
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
@@ -609,11 +610,27 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         await self._ready(context)
         topic = v.check_topic(request.topic)
         queues = v.check_range(request.queues, "queues", 0, 1024) or None
+        if request.perm not in (0, 2, 4, 6):
+            raise v.InvalidArgument("perm", f"6 (read and write), 4 (read only) or 2 (write only), got {request.perm}")
+        if request.message_type and request.message_type not in MESSAGE_TYPES:
+            raise v.InvalidArgument("message_type", f"one of {', '.join(MESSAGE_TYPES)}, got {request.message_type[:40]!r}")
         try:
-            return _topic_pb(self.store.create_topic(topic, queues))
+            return _topic_pb(self.store.create_topic(topic, queues, request.perm or None, request.message_type or None))
         except ResourceLimit as e:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
             raise
+
+    async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:
+        await self._ready(context)
+        topic = v.check_topic(request.topic)
+        try:
+            deleted, held = await asyncio.get_running_loop().run_in_executor(
+                self.server.executor, self.store.delete_topic, topic, request.force
+            )
+        except TopicNotEmpty as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            raise
+        return pb.DeleteTopicResponse(deleted=deleted, messages=held)
 
     async def ListTopics(self, request: pb.ListTopicsRequest, context) -> pb.ListTopicsResponse:
         await self._ready(context)
@@ -646,7 +663,9 @@ def _error_text(res) -> str:
 
 
 def _topic_pb(t) -> pb.TopicInfo:
-    return pb.TopicInfo(name=t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm)
+    return pb.TopicInfo(
+        name=t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm, message_type=t.message_type
+    )
 
 
 def _pull_response(result: GetResult) -> pb.PullResponse:

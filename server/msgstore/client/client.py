@@ -726,11 +726,24 @@ class Client(PopCalls):
 
     # ------------------------------------------------------------------ topics
 
-    def create_topic(self, topic: str, queues: int = 0, *, skipped: list[str] | None = None) -> list[pb.TopicInfo]:
-        """Create the topic on every node (``skipped``: see ``_each_node``)."""
+    def create_topic(
+        self, topic: str, queues: int = 0, *, perm: int = 0, message_type: str = "", skipped: list[str] | None = None
+    ) -> list[pb.TopicInfo]:
+        """Create the topic on every node, or change it there: ``queues``, ``perm`` (6 read and
+        write, 4 read only, 2 write only) and RocketMQ 5's ``message_type`` (NORMAL, FIFO, DELAY,
+        TRANSACTION, MIXED); 0 and "" leave an existing topic's as they are."""
         check_topic(topic)
-        req = pb.CreateTopicRequest(topic=topic, queues=queues)
+        req = pb.CreateTopicRequest(topic=topic, queues=queues, perm=perm, message_type=message_type)
         out = [info for _, info in self._each_node("", lambda n: self._call(n.address, "CreateTopic", req, node=n.name), skipped)]
+        self._routes.pop(topic, None)
+        return out
+
+    def delete_topic(self, topic: str, *, force: bool = False, skipped: list[str] | None = None) -> list[pb.DeleteTopicResponse]:
+        """Delete the topic on every node; FAILED_PRECONDITION from a node where it holds
+        messages, unless ``force``."""
+        check_topic(topic)
+        req = pb.DeleteTopicRequest(topic=topic, force=force)
+        out = [r for _, r in self._each_node("", lambda n: self._call(n.address, "DeleteTopic", req, node=n.name), skipped)]
         self._routes.pop(topic, None)
         return out
 

@@ -202,6 +202,12 @@ class PopCalls:
         for node in self.route("", refresh=True).nodes:
             self._call(node.address, "UpdateGroup", req, node=node.name)
 
+    def delete_group(self: Any, group: str, *, remove_offsets: bool = False) -> bool:
+        """Forget a group's settings on every node (order and retry policy back to the
+        defaults); its committed positions too with ``remove_offsets``. Whether any node had them."""
+        req = pb.DeleteGroupRequest(group=group, remove_offsets=remove_offsets)
+        return any([self._call(n.address, "DeleteGroup", req, node=n.name).deleted for n in self.route("", refresh=True).nodes])
+
 
 def _update_group_request(
     group: str, max_deliveries: int, backoff: Sequence[float], exponential: tuple[float, float, float] | None, fifo: bool | None = None

@@ -8,7 +8,7 @@ from .clock import Clock, DiskProbe, FixedDiskProbe, ManualClock
 from .config import ConfigError, ConfigUpdate, StoreConfig
 from .recovery import RecoveryReport
 from .results import GetResult, GetStatus, PutResult, PutStatus, Unavailable
-from .store import MessageStore, StoreDirError, StoreLockedError, StoreStateError
+from .store import MessageStore, StoreDirError, StoreLockedError, StoreStateError, TopicNotEmpty
 
 __all__ = [
     "Clock",
@@ -30,4 +30,5 @@ __all__ = [
     "StoreDirError",
     "StoreLockedError",
     "StoreStateError",
+    "TopicNotEmpty",
 ]

@@ -22,13 +22,15 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 PERM_READ = 4
 PERM_WRITE = 2
+MESSAGE_TYPE_ATTRIBUTE = "message.type"  # RocketMQ 5's TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 
 
 def write_atomic(path: str, data: bytes, current_is_good: bool = False, mode: int = 0o666) -> None:
@@ -309,6 +311,19 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     kept: dict[str, Any] | None = None  # fields RocketMQ wrote that we do not use (attributes, order), written back
 
+    @property
+    def message_type(self) -> str:
+        """RocketMQ 5's ``message.type`` attribute (NORMAL, FIFO, DELAY, TRANSACTION, MIXED), or ''."""
+        return str(((self.kept or {}).get("attributes") or {}).get(MESSAGE_TYPE_ATTRIBUTE, ""))
+
+    def with_message_type(self, message_type: str) -> TopicConfig:
+        kept = dict(self.kept or {})
+        attributes = {k: v for k, v in (kept.get("attributes") or {}).items() if k != MESSAGE_TYPE_ATTRIBUTE}
+        if message_type:
+            attributes[MESSAGE_TYPE_ATTRIBUTE] = message_type
+        kept["attributes"] = attributes
+        return replace(self, kept=kept)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "topicFilterType": "SINGLE_TAG",
@@ -421,6 +436,17 @@ class ConsumerOffsets(JsonFile):
                 del self.table[k]
                 self.changed()
 
+    def drop_group(self, group: str) -> int:
+        """Forget the group's positions in every topic; how many topics it had."""
+        with self.lock:
+            keys = [k for k in self.table if k.partition("@")[2] == group]
+            for k in keys:
+                del self.table[k]
+            change = self.changed() if keys else 0
+        if keys:
+            self.persist_change(change)
+        return len(keys)
+
 
 class SubscriptionGroups(JsonFile):
     """``subscriptionGroup.json``: the consumer groups known to the store."""
@@ -453,6 +479,17 @@ class SubscriptionGroups(JsonFile):
             }
             self.data_version += 1
             self.changed()
+
+    def delete(self, group: str) -> bool:
+        """Forget the group's entry (its order and retry policy go back to the defaults)."""
+        with self.lock:
+            if group not in self.groups:
+                return False
+            del self.groups[group]
+            self.data_version += 1
+            change = self.changed()
+        self.persist_change(change)
+        return True
 
 
 class PersistedConfig(JsonFile):

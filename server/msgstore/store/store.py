@@ -32,7 +32,18 @@ from .flush import FlushObserver, FlushRequest, GroupCommitService, commit_all, 
 from .index import IndexService
 from .layout import DELAY_OFFSET, StoreLayout
 from .limits import ResourceGuard, ResourceLimit
-from .metadata import ConsumerOffsets, PersistedConfig, SubscriptionGroups, TopicConfig, TopicTable, group_error, read_json
+from .metadata import (
+    MESSAGE_TYPES,
+    PERM_READ,
+    PERM_WRITE,
+    ConsumerOffsets,
+    PersistedConfig,
+    SubscriptionGroups,
+    TopicConfig,
+    TopicTable,
+    group_error,
+    read_json,
+)
 from .queue_state import QueueRecord, QueueState
 from .queue_table import QueueTable
 from .recovery import Recovery, RecoveryReport, truncate_all
@@ -86,6 +97,14 @@ def _dir_error(root: str, e: OSError) -> StoreDirError:
 
 class StoreStateError(RuntimeError):
     """The store is not running (recovering, shutting down or shut down)."""
+
+
+class TopicNotEmpty(RuntimeError):
+    """A topic to delete still holds messages (delete it with force, or let them expire)."""
+
+    def __init__(self, topic: str, messages: int):
+        super().__init__(f"topic {topic} holds {messages} messages on this node: delete it with force to drop them")
+        self.messages = messages
 
 
 class MessageStore:
@@ -713,24 +732,52 @@ class MessageStore:
 
     # ================================================================== topics
 
-    def create_topic(self, topic: str, queues: int | None = None) -> TopicConfig:
+    def create_topic(self, topic: str, queues: int | None = None, perm: int | None = None, message_type: str | None = None) -> TopicConfig:
+        """Create a topic, or change an existing one's queues (None: unchanged), permissions
+        and ``message.type`` (None: unchanged)."""
         err = codec.topic_error(topic)
         if err:
             raise ValueError(err)
-        n = queues or self.config.defaultTopicQueueNums
+        existing = self.topics.get(topic)
+        n = queues or (existing.write_queue_nums if existing is not None else self.config.defaultTopicQueueNums)
         if not 1 <= n <= 1024:
             raise ValueError("queues must be between 1 and 1024")
-        existing = self.topics.get(topic)
-        if existing is not None and existing.write_queue_nums == n:
-            return existing
+        if perm is not None and perm not in (PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE):
+            raise ValueError(f"perm must be 6 (read and write), 4 (read only) or 2 (write only), got {perm}")
+        if message_type is not None and message_type and message_type not in MESSAGE_TYPES:
+            raise ValueError(f"message_type must be one of {', '.join(MESSAGE_TYPES)}, got {message_type[:40]!r}")
         if existing is None or n > existing.write_queue_nums:
             self.limits.check_new_queues(topic, n - (existing.write_queue_nums if existing else 0))  # ResourceLimit
-        if existing is not None:  # (its permissions and what RocketMQ wrote in it stay)
-            return self.topics.put(replace(existing, read_queue_nums=n, write_queue_nums=n))
-        return self.topics.put(TopicConfig(topic, n, n))
+        want = existing if existing is not None else TopicConfig(topic, n, n)
+        want = replace(want, read_queue_nums=n, write_queue_nums=n)  # (what RocketMQ wrote in it stays)
+        if perm is not None:
+            want = replace(want, perm=perm)
+        if message_type is not None and message_type != want.message_type:
+            want = want.with_message_type(message_type)
+        if want == existing:
+            return existing
+        return self.topics.put(want)
 
-    def delete_topic(self, topic: str) -> bool:
-        return self.topics.delete(topic)
+    def topic_messages(self, topic: str) -> int:
+        """Messages the topic's queues on this node hold (not yet expired)."""
+        held = 0
+        for qid in self.queues.queues_of(topic):
+            cq = self.queues.get(topic, qid)
+            if cq is not None:
+                held += max(0, cq.max_offset - cq.min_offset)
+        return held
+
+    def delete_topic(self, topic: str, force: bool = False) -> tuple[bool, int]:
+        """(deleted, messages held). Its entry, queues and the groups' offsets in it go; refused
+        (TopicNotEmpty) while it holds messages, unless ``force``."""
+        held = self.topic_messages(topic)
+        if held and not force:
+            raise TopicNotEmpty(topic, held)
+        gone = self.topics.delete(topic)
+        for qid in self.queues.queues_of(topic):
+            self.queues.drop(topic, qid)
+        self.offsets.drop_topic(topic)
+        return gone, held
 
     def topic_list(self) -> list[TopicConfig]:
         return sorted(self.topics.topics.values(), key=lambda t: t.name)

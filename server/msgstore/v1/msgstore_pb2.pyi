@@ -542,24 +542,60 @@ class GetCommittedOffsetResponse(_message.Message):
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("topic", "queues")
+    __slots__ = ("topic", "queues", "perm", "message_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queues: int
-    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[int] = ...) -> None: ...
+    perm: int
+    message_type: str
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic", "force")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    force: bool
+    def __init__(self, topic: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ("deleted", "messages")
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    messages: int
+    def __init__(self, deleted: _Optional[bool] = ..., messages: _Optional[int] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group", "remove_offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remove_offsets: bool
+    def __init__(self, group: _Optional[str] = ..., remove_offsets: _Optional[bool] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm")
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "message_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
-    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+    message_type: str
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()

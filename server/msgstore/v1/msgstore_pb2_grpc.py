@@ -94,6 +94,11 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.TopicInfo.FromString,
                 _registered_method=True)
+        self.DeleteTopic = channel.unary_unary(
+                '/msgstore.v1.MessageStore/DeleteTopic',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteTopicRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteTopicResponse.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/msgstore.v1.MessageStore/ListTopics',
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.ListTopicsRequest.SerializeToString,
@@ -143,6 +148,11 @@ class MessageStoreStub:
                 '/msgstore.v1.MessageStore/UpdateGroup',
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/msgstore.v1.MessageStore/DeleteGroup',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
         self.EndTransaction = channel.unary_unary(
                 '/msgstore.v1.MessageStore/EndTransaction',
@@ -247,6 +257,14 @@ class MessageStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteTopic(self, request, context):
+        """Delete a topic on this node: its entry, its queues and the groups' positions in it.
+        FAILED_PRECONDITION while its queues hold messages not yet expired, unless force.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTopics(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -319,6 +337,14 @@ class MessageStoreServicer:
 
     def UpdateGroup(self, request, context):
         """A consumer group's retry policy: deliveries at most before the DLQ, and the backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Forget a consumer group's settings (order, retry policy: back to the defaults) on its
+        replica group's master; its committed positions stay unless remove_offsets.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -403,6 +429,11 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.CreateTopicRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.TopicInfo.SerializeToString,
             ),
+            'DeleteTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopic,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteTopicRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteTopicResponse.SerializeToString,
+            ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.ListTopicsRequest.FromString,
@@ -452,6 +483,11 @@ def add_MessageStoreServicer_to_server(servicer, server):
                     servicer.UpdateGroup,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.DeleteGroupResponse.SerializeToString,
             ),
             'EndTransaction': grpc.unary_unary_rpc_method_handler(
                     servicer.EndTransaction,
@@ -799,6 +835,33 @@ class MessageStore:
             _registered_method=True)
 
     @staticmethod
+    def DeleteTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/DeleteTopic',
+            msgstore_dot_v1_dot_msgstore__pb2.DeleteTopicRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListTopics(request,
             target,
             options=(),
@@ -1058,6 +1121,33 @@ class MessageStore:
             '/msgstore.v1.MessageStore/UpdateGroup',
             msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.UpdateGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgstore.v1.MessageStore/DeleteGroup',
+            msgstore_dot_v1_dot_msgstore__pb2.DeleteGroupRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -291,15 +291,24 @@ class MessagingService:
             return brokers
         return await self._brokers(topic, context, asked)
 
+    def _queue_terms(self, topic: str) -> tuple[int, tuple[int, ...]]:
+        """The route's permission and accepted message types, from the topic's ``perm`` and
+        ``message.type`` attribute as this node has them (RocketMQ 5's proxy reads the same)."""
+        tc = self.store.topics.get(topic)
+        if tc is None:
+            return d.READ_WRITE, ALL_TYPES
+        permission = {6: d.READ_WRITE, 4: d.READ, 2: d.WRITE}.get(tc.perm, d.READ_WRITE)
+        one = {"NORMAL": d.NORMAL, "FIFO": d.FIFO, "DELAY": d.DELAY, "TRANSACTION": d.TRANSACTION}.get(tc.message_type)
+        return permission, (one,) if one is not None else ALL_TYPES
+
     async def QueryRoute(self, request, context):
         topic = topic_of(request.topic)
         queues = []
+        permission, types = self._queue_terms(topic)
         for broker, qids in await self._routed(topic, context, request.endpoints):
             for q in qids:
                 queues.append(
-                    d.MessageQueue(
-                        topic=d.Resource(name=topic), id=q, permission=d.READ_WRITE, broker=broker, accept_message_types=ALL_TYPES
-                    )
+                    d.MessageQueue(topic=d.Resource(name=topic), id=q, permission=permission, broker=broker, accept_message_types=types)
                 )
         return s.QueryRouteResponse(status=status(), message_queues=queues)
 

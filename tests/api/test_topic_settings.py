@@ -1,0 +1,79 @@
+"""Topics and groups as a declarative tool sets them (issue 32): a topic's permissions and
+RocketMQ 5 message type, a delete that refuses to drop messages unless forced, and a group's
+settings forgotten. A real server process."""
+
+import json
+import os
+
+import grpc
+import pytest
+
+from msgstore.client import StoreError
+from msgstore.v1 import msgstore_pb2 as pb
+
+
+def refused(call, code, *words):
+    with pytest.raises(StoreError) as e:
+        call()
+    assert e.value.code == code, e.value
+    for w in words:
+        assert w in e.value.details, e.value.details
+    return e.value
+
+
+def test_permissions_and_message_type_are_kept_listed_and_routed(server, client):
+    from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
+
+    d, s = definition_pb2, service_pb2
+    (info,) = client.create_topic("ordered", 4, message_type="FIFO")
+    assert (info.write_queue_nums, info.perm, info.message_type) == (4, 6, "FIFO")
+    (info,) = client.create_topic("ordered", perm=4)  # queues and type unchanged
+    assert (info.write_queue_nums, info.perm, info.message_type) == (4, 4, "FIFO")
+    listed = {t.name: t for t in client._call(server.address, "ListTopics", pb.ListTopicsRequest()).topics}
+    assert listed["ordered"].message_type == "FIFO" and listed["ordered"].perm == 4
+    with grpc.insecure_channel(server.address) as channel:
+        route = MessagingServiceStub(channel).QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="ordered")), timeout=10)
+    assert route.status.code == d.OK and len(route.message_queues) == 4
+    assert all(q.permission == d.READ and list(q.accept_message_types) == [d.FIFO] for q in route.message_queues)
+    (info,) = client.create_topic("ordered", message_type="")  # "" leaves it: unset only through a new topic
+    assert info.message_type == "FIFO"
+    # the type is RocketMQ's attribute in topics.json, beside what RocketMQ itself writes there
+    with open(os.path.join(server.data_dir, "config", "topics.json")) as f:
+        assert json.load(f)["topicConfigTable"]["ordered"]["attributes"] == {"message.type": "FIFO"}
+    refused(lambda: client.create_topic("ordered", perm=5), grpc.StatusCode.INVALID_ARGUMENT, "perm")
+    refused(lambda: client.create_topic("ordered", message_type="URGENT"), grpc.StatusCode.INVALID_ARGUMENT, "message_type")
+
+
+def test_a_topic_holding_messages_is_deleted_only_when_forced(server, client):
+    client.create_topic("keep", 1)
+    sent = client.send("keep", b"precious")
+    client.commit("readers", "keep", client.route("keep").queues[0], 1)
+    refused(lambda: client.delete_topic("keep"), grpc.StatusCode.FAILED_PRECONDITION, "holds 1 messages", "force")
+    assert client.pull("keep", client.route("keep", refresh=True).queues[0], sent.queue_offset, timeout_ms=2000).messages
+    (gone,) = client.delete_topic("keep", force=True)
+    assert gone.deleted and gone.messages == 1
+    assert not os.path.exists(os.path.join(server.data_dir, "consumequeue", "keep"))
+    (again,) = client.create_topic("keep", 1)  # a topic of that name starts empty, and nobody's position in it is left
+    q = client.route("keep", refresh=True).queues[0]
+    assert client.pull("keep", q, 0).messages == [] and client.committed("readers", "keep", q) == -1
+    client.create_topic("empty", 1)
+    (gone,) = client.delete_topic("empty")
+    assert gone.deleted and gone.messages == 0
+    (missing,) = client.delete_topic("never")
+    assert not missing.deleted
+
+
+def test_a_group_s_settings_are_forgotten(client):
+    client.update_group("billing", fifo=True, max_deliveries=3)
+    client.create_topic("bills", 1)
+    client.commit("billing", "bills", client.route("bills").queues[0], 0)
+    (policy,) = [g.policy for _, g in client.describe_groups("billing")]
+    assert policy.fifo and policy.max_deliveries == 3
+    assert client.delete_group("billing")
+    policies = [g.policy for _, g in client.describe_groups("billing")]
+    assert all(not p.fifo and p.max_deliveries != 3 for p in policies)
+    assert client.committed("billing", "bills", client.route("bills").queues[0]) == 0  # positions kept...
+    assert client.delete_group("billing", remove_offsets=True)
+    assert client.committed("billing", "bills", client.route("bills").queues[0]) == -1  # ...unless asked
+    assert not client.delete_group("billing")
+    refused(lambda: client.delete_group("bad/name"), grpc.StatusCode.INVALID_ARGUMENT, "group")
