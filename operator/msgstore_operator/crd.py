@@ -38,6 +38,22 @@ def ratio_rules() -> list[dict[str, str]]:
 
 
 # users are made with the admin token: a store checking callers without one would have an open admin API
+SECRET_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # a DNS-1123 subdomain
+# followers of a replicated store dial their master as their own template says: a roll that
+# switches TLS would leave restarted followers unable to reach the old master (and the masters
+# are restarted last, after a switchover to a connected follower)
+TLS_SWITCH_RULE = {
+    "rule": "!has(self.replication) || !has(self.replication.replicas) || self.replication.replicas <= 1 || "
+    "(has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || !has(oldSelf.tls) || "
+    "(has(self.tls.clientAuthentication) ? self.tls.clientAuthentication : 'None') == "
+    "(has(oldSelf.tls.clientAuthentication) ? oldSelf.tls.clientAuthentication : 'None')))",
+    "message": "spec.tls cannot be switched on or off, nor spec.tls.clientAuthentication changed, on a replicated store: "
+    "members would dial each other the other way during the roll (set it when creating the store)",
+}
+TLS_PORT_RULE = {
+    "rule": "!has(self.tls) || !has(self.port) || self.port <= 65533",
+    "message": "spec.port must be at most 65533 with spec.tls (the pods' health port is port + 2)",
+}
 AUTHORIZATION_RULE = {
     "rule": "!has(self.store) || !has(self.store.authorizationEnabled) || !self.store.authorizationEnabled || has(self.adminTokenSecret)",
     "message": "spec.store.authorizationEnabled needs spec.adminTokenSecret (users are managed with the admin token)",
@@ -48,7 +64,7 @@ def spec_schema() -> dict[str, Any]:
     retention = {"type": "string", "enum": ["Retain", "Delete"]}
     return {
         "type": "object",
-        "x-kubernetes-validations": [AUTHORIZATION_RULE],
+        "x-kubernetes-validations": [AUTHORIZATION_RULE, TLS_SWITCH_RULE, TLS_PORT_RULE],
         "properties": {
             "replicas": {
                 "type": "integer",
@@ -127,6 +143,8 @@ def tls_schema() -> dict[str, Any]:
         "properties": {
             "secretName": {
                 "type": "string",
+                "pattern": SECRET_NAME,
+                "maxLength": 253,
                 "description": "Use this Secret instead (cert-manager's layout: tls.crt, tls.key, ca.crt). Its certificate "
                 "must name <name>.<namespace>.svc: members and the operator verify that name.",
             },
@@ -136,7 +154,12 @@ def tls_schema() -> dict[str, Any]:
                 "default": "None",
                 "description": "Required: every client presents a certificate the CA signed (mutual TLS).",
             },
-            "validityDays": {"type": "integer", "minimum": 2, "description": "Lifetime of an issued certificate (default 90)."},
+            "validityDays": {
+                "type": "integer",
+                "minimum": 2,
+                "maximum": 3650,
+                "description": "Lifetime of an issued certificate (default 90; the CA's is ten years).",
+            },
             "renewBeforeDays": {
                 "type": "integer",
                 "minimum": 1,
@@ -332,6 +355,8 @@ def user_definition() -> dict[str, Any]:
             },
             "secretName": {
                 "type": "string",
+                "pattern": SECRET_NAME,
+                "maxLength": 253,
                 "description": "The Secret the operator writes accessKey, secretKey and endpoint into (default "
                 "<name>-credentials); deleting it makes a new secret key. A Secret of that name the operator did not "
                 "create is refused.",

@@ -185,7 +185,7 @@ class Reconciler:
         self._roll(spec, pods, desired_hash, replicas, status, out)
         self._status(spec, pods, desired_hash, replicas, meta, conditions, status, out)
         if missing is None:
-            users = Users(self.kube, spec, token, self._reach.client_options())
+            users = Users(self.kube, spec, token, self._reach.client_options(), certs.ca_cert)
             users.reconcile(pods, status)
             out.events += users.events
         if missing is not None:

@@ -138,6 +138,11 @@ class Spec:
         return f"{self.name}-ca"
 
     @property
+    def ca_cert_secret(self) -> str:
+        """The CA certificate alone (ca.crt), what clients verify the pods with."""
+        return f"{self.name}-ca-cert"
+
+    @property
     def tls_server_name(self) -> str:
         """The name members and the operator verify in a pod's certificate: they dial pods by
         address, and a certificate renewed for a new pod address may not have landed yet."""
@@ -258,19 +263,21 @@ def parse(body: Mapping[str, Any]) -> Spec:
         max_unavailable=int(pdb.get("maxUnavailable", 1)),
         annotations=dict(meta.get("annotations") or {}),
         replication=replication,
-        tls=_tls(spec["tls"]) if spec.get("tls") is not None else None,
+        tls=_tls(spec["tls"], int(spec.get("port", 10911))) if spec.get("tls") is not None else None,
         **_access(spec.get("access") or {}),
     )
 
 
-def _tls(t: Mapping[str, Any]) -> Tls:
+def _tls(t: Mapping[str, Any], port: int) -> Tls:
+    if port > 65533:
+        raise SpecError("spec.port", f"must be at most 65533 with spec.tls (the pods' health port is port + 2), got {port}")
     auth = str(t.get("clientAuthentication", "None"))
     if auth not in ("None", "Required"):
         raise SpecError("spec.tls.clientAuthentication", f"must be None or Required, got {auth!r}")
     validity = int(t.get("validityDays", 90))
     before = int(t.get("renewBeforeDays", max(1, validity // 3)))
-    if validity < 2:
-        raise SpecError("spec.tls.validityDays", "must be at least 2")
+    if not 2 <= validity <= 3650:
+        raise SpecError("spec.tls.validityDays", f"must be between 2 and 3650, got {validity}")
     if not 0 < before < validity:
         raise SpecError("spec.tls.renewBeforeDays", f"must be at least 1 and less than validityDays ({validity}), got {before}")
     return Tls(t.get("secretName") or None, auth == "Required", validity, before)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 import os
 import tempfile
 from dataclasses import dataclass
@@ -72,20 +73,55 @@ class Certificates:
         self.now = now or datetime.datetime.now(datetime.UTC)
         self.events: list[tuple[str, str, str]] = []
         self.status: dict[str, Any] | None = None
+        self.ca_cert: bytes | None = None  # what clients verify the pods with (given to users' Secrets too)
 
     def prepare(self, spec: Spec, pod_ips: list[str], annotations: dict[str, Any], status: dict[str, Any]) -> Reach:
-        """Issue or renew what is due; :class:`ReferenceMissing` when the user's Secret is not there."""
+        """Issue or renew what is due; :class:`ReferenceMissing` when the user's Secret is not
+        there, or a Secret of the operator's name is someone else's."""
         if spec.tls is None:
             return PLAIN
+        pod_ips = sorted({ipaddress.ip_address(ip).compressed for ip in pod_ips})  # (as the certificate spells them)
         if spec.tls.issued:
             data = self._issued(spec, pod_ips, annotations, status.get("tls") or {})
         else:
             data = self._users(spec)
+        self._publish_ca(spec, data["ca.crt"])
+        self.ca_cert = data["ca.crt"]
         issued = certificates.read(data["tls.crt"])
         self.status = {**(self.status or {}), "secretName": spec.tls_secret, "notAfter": _stamp(issued.not_after)}
+        self.status["caCertSecretName"] = spec.ca_cert_secret
         if spec.tls.issued:
             self.status["caSecretName"] = spec.ca_secret
         return _files(spec, data)
+
+    def _ours(self, spec: Spec, name: str, live: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``live`` when it is this store's (or None); a Secret of that name that the operator did
+        not make for this store is never used nor overwritten."""
+        if live is None:
+            return None
+        uid = self.owner[0].get("uid") if self.owner else None
+        if not any(o.get("uid") == uid for o in (live.get("metadata") or {}).get("ownerReferences") or []):
+            raise ReferenceMissing(
+                "SecretNotOurs",
+                f"Secret {name} exists and was not made by the operator for MessageStore {spec.name} (spec.tls): "
+                "delete or rename it, or name your own certificate's Secret in spec.tls.secretName",
+            )
+        return live
+
+    def _write(self, spec: Spec, obj: dict[str, Any], live: dict[str, Any] | None) -> None:
+        if live is None:
+            self.kube.create(obj)
+        else:
+            self.kube.replace({**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}})
+
+    def _publish_ca(self, spec: Spec, ca_cert: bytes) -> None:
+        """The CA certificate alone, for clients (Strimzi's <cluster>-cluster-ca-cert): the
+        Secret with the pods' certificate also holds their private key."""
+        name = spec.ca_cert_secret
+        live = self._ours(spec, name, self.kube.get_or_none("Secret", spec.namespace, name))
+        if live is not None and _decoded(live).get("ca.crt") == ca_cert:
+            return
+        self._write(spec, _secret(spec, name, {"ca.crt": ca_cert}, "Opaque", self.owner), live)
 
     def _users(self, spec: Spec) -> dict[str, bytes]:
         name = spec.tls_secret
@@ -105,23 +141,19 @@ class Certificates:
         return data
 
     def _ca(self, spec: Spec) -> certificates.Pair:
-        live = self.kube.get_or_none("Secret", spec.namespace, spec.ca_secret)
+        live = self._ours(spec, spec.ca_secret, self.kube.get_or_none("Secret", spec.namespace, spec.ca_secret))
         data = _decoded(live) if live else {}
         if data.get("ca.crt") and data.get("ca.key"):
             return certificates.Pair(data["ca.crt"], data["ca.key"])
         ca = certificates.issue_ca(f"msgstore {spec.namespace}/{spec.name} CA", self.now)
-        obj = _secret(spec, spec.ca_secret, {"ca.crt": ca.cert, "ca.key": ca.key}, "Opaque", self.owner)
-        if live is None:
-            self.kube.create(obj)
-        else:
-            self.kube.replace({**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}})
+        self._write(spec, _secret(spec, spec.ca_secret, {"ca.crt": ca.cert, "ca.key": ca.key}, "Opaque", self.owner), live)
         self.events.append(("Normal", "CertificateAuthorityIssued", f"issued the store's CA into Secret {spec.ca_secret}"))
         return ca
 
     def _issued(self, spec: Spec, pod_ips: list[str], annotations: dict[str, Any], tls_status: dict[str, Any]) -> dict[str, bytes]:
         assert spec.tls is not None
         ca = self._ca(spec)
-        live = self.kube.get_or_none("Secret", spec.namespace, spec.tls_secret)
+        live = self._ours(spec, spec.tls_secret, self.kube.get_or_none("Secret", spec.namespace, spec.tls_secret))
         data = _decoded(live) if live else {}
         request = str(annotations.get(RENEW_CERTIFICATES) or "")
         why = self._renewal_due(spec, ca, data, pod_ips, request, tls_status)
@@ -130,11 +162,7 @@ class Certificates:
             return data
         pair = certificates.issue_server(ca, spec.tls_server_name, spec.tls_dns_names(), sorted(pod_ips), spec.tls.validity_days, self.now)
         data = {"tls.crt": pair.cert, "tls.key": pair.key, "ca.crt": ca.cert}
-        obj = _secret(spec, spec.tls_secret, data, "kubernetes.io/tls", self.owner)
-        if live is None:
-            self.kube.create(obj)
-        else:
-            self.kube.replace({**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}})
+        self._write(spec, _secret(spec, spec.tls_secret, data, "kubernetes.io/tls", self.owner), live)
         until = _stamp(certificates.read(pair.cert).not_after)
         reason = "CertificateIssued" if live is None else "CertificateRenewed"
         self.events.append(("Normal", reason, f"Secret {spec.tls_secret}: a certificate valid until {until} ({why})"))

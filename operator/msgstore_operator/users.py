@@ -22,6 +22,7 @@ from typing import Any
 
 from msgstore.acl import policy
 from msgstore.client import Client, StoreError
+from msgstore.client.client import put_user_request
 
 from . import decide
 from .kube import Kube, NotFound
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 KIND = "MessageStoreUser"
 PLURAL = "messagestoreusers"
 MANAGED = "managedUsers"  # MessageStore status: the access keys the operator put on the store
+ADOPT = "msgstore.io/adopt-user"  # a resource may take over a user the CLI made under its access key
 SECRET_KEY_BYTES = 32
 
 
@@ -75,6 +77,14 @@ def _live_json(info: Any) -> tuple[bool, list[dict[str, Any]]]:
     return info.user_type == "Super", entries
 
 
+def _precedence(body: dict[str, Any]) -> tuple[bool, str]:
+    """A resource already holding its access key first (an older resource renamed to a newer
+    one's key does not take it over), then the oldest."""
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    key = spec.get("accessKey") or body["metadata"]["name"]
+    return status.get("accessKey") != key, body["metadata"].get("creationTimestamp") or ""
+
+
 def _key(entries: Any) -> list[str]:
     return sorted(repr(sorted(e.items())) for e in entries)
 
@@ -82,15 +92,15 @@ def _key(entries: Any) -> list[str]:
 class Users:
     """One pass over the users of one store."""
 
-    def __init__(self, kube: Kube, spec: Spec, token: str | None, reach: dict[str, Any]):
-        self.kube, self.spec, self.token, self.reach = kube, spec, token, reach
+    def __init__(self, kube: Kube, spec: Spec, token: str | None, reach: dict[str, Any], ca_cert: bytes | None = None):
+        self.kube, self.spec, self.token, self.reach, self.ca_cert = kube, spec, token, reach, ca_cert
         self.events: list[tuple[str, str, str]] = []  # on the MessageStore
 
     def reconcile(self, pods: list[PodView], status: dict[str, Any]) -> None:
         try:
             listed = self.kube.list(KIND, self.spec.namespace)
-        except NotFound:  # the CRD is not installed (helm upgrade does not update crds/): no users to manage
-            listed = []
+        except NotFound:  # the CRD is not installed (helm upgrade leaves crds/ alone): nothing is touched
+            return
         resources = [u for u in listed if (u.get("spec") or {}).get("store") == self.spec.name]
         managed = set(status.get(MANAGED) or [])
         if not resources and not managed:
@@ -107,18 +117,28 @@ class Users:
                 self._status(body, None, "StoreUnavailable", problem)
             return
         with Client(reachable, admin_token=self.token, timeout=ADMIN_TIMEOUT_S * 3, **self.reach) as client:
-            try:
-                live = {u.access_key: u for u in client.users()}
+            try:  # every replica group's master keeps its own users: each is compared and corrected
+                live = {m: {u.access_key: u for u in client.admin(m).users()} for m in client.group_masters()}
             except StoreError as e:
                 for body in resources:
                     self._status(body, None, "StoreUnavailable", f"listing the store's users failed: {e.code.name}: {e.details}")
                 return
             wanted: dict[str, str] = {}
-            for body in sorted(resources, key=lambda b: b["metadata"].get("creationTimestamp") or ""):
-                key = self._one(client, body, live, wanted)
+            kept: set[str] = set()
+            for body in sorted(resources, key=lambda b: _precedence(b)):
+                previous = (body.get("status") or {}).get("accessKey")
+                try:
+                    key = self._one(client, body, live, wanted, managed)
+                except Exception as e:  # one resource's trouble is its own status, never the store's pass
+                    log.exception("MessageStoreUser %s", body["metadata"]["name"])
+                    self._status(body, None, "Failed", f"{type(e).__name__}: {e}")
+                    key = None
                 if key:
                     wanted[key] = body["metadata"]["name"]
-            kept = set(wanted)
+                    kept.add(key)
+                elif previous in managed and previous not in wanted:
+                    wanted[previous] = body["metadata"]["name"]  # a refused edit leaves the user as last applied, and its
+                    kept.add(previous)  # key the resource's (no other resource takes it meanwhile)
             for key in sorted(managed - kept):
                 try:
                     client.delete_user(key)
@@ -128,7 +148,9 @@ class Users:
                     self.events.append(("Warning", "UserDeleteFailed", f"user {key}: {e.code.name}: {e.details}"))
         status[MANAGED] = sorted(kept)
 
-    def _one(self, client: Client, body: dict[str, Any], live: dict[str, Any], wanted: dict[str, str]) -> str | None:
+    def _one(
+        self, client: Client, body: dict[str, Any], live: dict[str, dict[str, Any]], wanted: dict[str, str], managed: set[str]
+    ) -> str | None:
         try:
             user = parse_user(body)
         except SpecError as e:
@@ -137,27 +159,45 @@ class Users:
         if user.access_key in wanted:
             self._status(body, user, "AccessKeyTaken", f"spec.accessKey: {user.access_key} is MessageStoreUser {wanted[user.access_key]}'s")
             return None
+        exists = any(user.access_key in users for users in live.values())
+        adopt = str((body["metadata"].get("annotations") or {}).get(ADOPT, "")).lower() == "true"
+        if exists and user.access_key not in managed and not adopt:
+            self._status(
+                body,
+                None,
+                "UserExists",
+                f"spec.accessKey: user {user.access_key} exists on the store and no MessageStoreUser made it (the CLI did): "
+                f"annotate {ADOPT}=true to take it over",
+            )
+            return None
         try:
             secret_key, fresh = self._secret(body, user)
         except SpecError as e:
             self._status(body, None, "SecretNotOurs", str(e))
             return None
-        have = live.get(user.access_key)
-        why, drift = "", False
-        if have is None:
-            why = "created"
-        elif fresh:
-            why = "given a new secret key (its Secret was made anew)"
-        else:
-            live_super, live_entries = _live_json(have)
-            if live_super != user.super_user or _key(live_entries) != _key(user.entries):
-                why, drift = "put back as the resource says (the store's copy was changed outside it)", True
-        if why:
+        request = put_user_request(user.access_key, secret_key, user.super_user, list(user.entries))
+        done = []
+        for master, users in live.items():
+            have = users.get(user.access_key)
+            why, drift = "", False
+            if have is None:
+                why = "created"
+            elif fresh:
+                why = "given a new secret key (its Secret was made anew)"
+            else:
+                live_super, live_entries = _live_json(have)
+                if live_super != user.super_user or _key(live_entries) != _key(user.entries):
+                    why, drift = "put back as the resource says (the store's copy was changed outside it)", True
+            if not why:
+                continue
             try:
-                client.put_user(user.access_key, secret_key, super_user=user.super_user, entries=list(user.entries))
+                client.admin(master).put_user(request)
             except StoreError as e:
                 self._status(body, user, "StoreRefused", f"{e.code.name}: {e.details}")
-                return user.access_key if have is not None else None
+                return user.access_key  # (kept: what was put elsewhere is taken off if the resource goes)
+            done.append((why, drift))
+        if done:
+            why, drift = done[0]
             self._event(body, "Warning" if drift else "Normal", "UserDrift" if drift else "UserPut", f"user {user.access_key} {why}")
         note = (
             ""
@@ -171,45 +211,46 @@ class Users:
         return user.access_key
 
     def _secret(self, body: dict[str, Any], user: UserSpec) -> tuple[str, bool]:
-        """The user's secret key, from its Secret (made now when missing: ``fresh``)."""
+        """The user's secret key, from its Secret (made now when missing: ``fresh``); the rest
+        of the Secret (endpoint, the store's CA certificate) follows the store."""
         meta = body["metadata"]
         try:
             live = self.kube.get("Secret", self.spec.namespace, user.secret_name)
         except NotFound:
             live = None
+        secret_key, fresh = "", True
         if live is not None:
             owners = (live.get("metadata") or {}).get("ownerReferences") or []
             if not any(o.get("kind") == KIND and o.get("uid") == meta.get("uid") for o in owners):
                 raise SpecError("spec.secretName", f"Secret {user.secret_name} exists and was not made for this MessageStoreUser")
-            data = {k: base64.b64decode(v).decode() for k, v in (live.get("data") or {}).items()}
-            if data.get("secretKey") and data.get("accessKey") == user.access_key:
-                return data["secretKey"], False
-        secret_key = secrets.token_urlsafe(SECRET_KEY_BYTES)
+            have = {k: base64.b64decode(v) for k, v in (live.get("data") or {}).items()}
+            if have.get("secretKey") and have.get("accessKey") == user.access_key.encode():
+                secret_key, fresh = have["secretKey"].decode(), False
+        secret_key = secret_key or secrets.token_urlsafe(SECRET_KEY_BYTES)
         data = {
-            "accessKey": user.access_key,
-            "secretKey": secret_key,
-            "endpoint": f"{self.spec.name}.{self.spec.namespace}.svc:{self.spec.port}",
+            "accessKey": user.access_key.encode(),
+            "secretKey": secret_key.encode(),
+            "endpoint": f"{self.spec.name}.{self.spec.namespace}.svc:{self.spec.port}".encode(),
         }
+        if self.ca_cert:
+            data["ca.crt"] = self.ca_cert
+        if live is not None and not fresh and have == data:
+            return secret_key, False
+        labels = {**self.spec.store_labels, "app.kubernetes.io/managed-by": "msgstore-operator", "msgstore.io/user": meta["name"]}
+        owner = {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta.get("uid", ""), "controller": True}
         obj = {
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "Opaque",
-            "metadata": {
-                "name": user.secret_name,
-                "namespace": self.spec.namespace,
-                "labels": {**self.spec.store_labels, "app.kubernetes.io/managed-by": "msgstore-operator", "msgstore.io/user": meta["name"]},
-                "ownerReferences": [
-                    {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta.get("uid", ""), "controller": True}
-                ],
-            },
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+            "metadata": {"name": user.secret_name, "namespace": self.spec.namespace, "labels": labels, "ownerReferences": [owner]},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
         if live is None:
             self.kube.create(obj)
         else:
             obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
             self.kube.replace(obj)
-        return secret_key, True
+        return secret_key, fresh
 
     def _status(self, body: dict[str, Any], user: UserSpec | None, reason: str, message: str, ready: bool = False) -> None:
         meta = body["metadata"]
@@ -221,7 +262,10 @@ class Users:
             new.update(accessKey=user.access_key, secretName=user.secret_name)
         if new == old:
             return
-        self.kube.patch(KIND, self.spec.namespace, meta["name"], {"status": new}, sub="status")
+        try:
+            self.kube.patch(KIND, self.spec.namespace, meta["name"], {"status": new}, sub="status")
+        except NotFound:  # deleted since it was listed: the next pass takes its user off
+            return
         if changed and not ready:
             self._event(body, "Warning", reason, message)
 

@@ -412,7 +412,11 @@ def test_a_tls_store_from_the_chart_and_its_helm_test_client(tmp_path):
     assert f"--tls-ca /etc/msgstore/tls/ca.crt --server-name {name}.default.svc --tls-cert" in script
     assert pod["spec"]["volumes"][0]["secret"]["secretName"] == f"{name}-tls"
     text = notes(tmp_path, *TLS_VALUES)
-    assert "get secret t-msgstore-tls" in text and "--server-name t-msgstore.default.svc" in text  # (release t)
+    assert "get secret t-msgstore-ca-cert" in text and "--server-name t-msgstore.default.svc" in text  # (release t)
     named = docs(helm("template", "r1", CHART, *TLS_VALUES, "--set", "store.tls.secretName=from-cert-manager").stdout)
     (pod,) = [d for d in named if d["kind"] == "Pod"]
-    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "from-cert-manager"
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "from-cert-manager"  # (mutual TLS: a client pair is needed)
+    one_way = docs(helm("template", "r1", CHART, *SAMPLE_VALUES, "--set", "store.tls.enabled=true").stdout)
+    (pod,) = [d for d in one_way if d["kind"] == "Pod"]
+    assert pod["spec"]["volumes"][0]["secret"]["secretName"] == f"{name}-ca-cert"  # the CA certificate alone
+    assert "--tls-cert" not in pod["spec"]["containers"][0]["args"][0]

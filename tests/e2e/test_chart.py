@@ -901,7 +901,9 @@ def test_tls_and_two_users_from_resources_with_a_renewal_under_load(k8s: K8s, re
     )
     k8s.wait(lambda: k8s.ready(NS, "secure"), 120, "secure Ready")
     ca = tmp_path / "ca.crt"
-    ca.write_bytes(_secret_data(k8s, NS, "secure-tls")["ca.crt"])
+    published = _secret_data(k8s, NS, "secure-ca-cert")  # the CA certificate alone, for clients
+    assert list(published) == ["ca.crt"] and published["ca.crt"] == _secret_data(k8s, NS, "secure-tls")["ca.crt"]
+    ca.write_bytes(published["ca.crt"])
     pods = ("secure-0", "secure-1")
     addresses = ",".join(k8s.address(NS, p) for p in pods)
     tls = {"tls_ca": str(ca), "server_name": f"secure.{NS}.svc"}
@@ -931,7 +933,7 @@ def test_tls_and_two_users_from_resources_with_a_renewal_under_load(k8s: K8s, re
     k8s.wait(lambda: user_ready("publisher") and user_ready("billing"), 60, "both users Ready")
     pub = {k: v.decode() for k, v in _secret_data(k8s, NS, "publisher-credentials").items()}
     bill = {k: v.decode() for k, v in _secret_data(k8s, NS, "billing-credentials").items()}
-    assert pub["accessKey"] == "publisher" and pub["endpoint"] == f"secure.{NS}.svc:10911"
+    assert pub["accessKey"] == "publisher" and pub["endpoint"] == f"secure.{NS}.svc:10911" and pub["ca.crt"] == ca.read_text()
     publisher = Client(addresses, access_key="publisher", secret_key=pub["secretKey"], timeout=10, **tls)
     billing = Client(addresses, access_key="billing", secret_key=bill["secretKey"], timeout=10, **tls)
     for refused, call in (
@@ -997,6 +999,43 @@ def test_tls_and_two_users_from_resources_with_a_renewal_under_load(k8s: K8s, re
     publisher.close()
     billing.close()
     k8s.kubectl("delete", "mstore", "secure", "-n", NS, "--wait=true")
+
+
+def test_tls_cannot_be_switched_on_a_replicated_store(k8s: K8s, release):
+    """Members of a group dial each other as their own template says: the API server refuses
+    switching spec.tls (or clientAuthentication) on a replicated store, naming the field."""
+    namespace(k8s, NS)
+    doc = store_doc("pinned", replicas=1, replication={"replicas": 3})
+    doc["metadata"]["annotations"] = {"msgstore.io/pause-reconciliation": "true"}  # (no pods needed for admission)
+    k8s.apply(doc)
+    for change in ('{"spec": {"tls": {}}}',):
+        out = k8s.kubectl("patch", "mstore", "pinned", "-n", NS, "--type", "merge", "-p", change, check=False)
+        assert out.returncode != 0 and "spec.tls cannot be switched" in out.stderr, out.stderr
+    k8s.kubectl("delete", "mstore", "pinned", "-n", NS, "--wait=true")
+    k8s.apply(
+        {**store_doc("pinned-tls", replicas=1, replication={"replicas": 3}, tls={}), "metadata": {**doc["metadata"], "name": "pinned-tls"}}
+    )
+    out = k8s.kubectl(
+        "patch",
+        "mstore",
+        "pinned-tls",
+        "-n",
+        NS,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec": {"tls": {"clientAuthentication": "Required"}}}',
+        check=False,
+    )
+    assert out.returncode != 0 and "spec.tls cannot be switched" in out.stderr, out.stderr
+    out = k8s.kubectl(
+        "patch", "mstore", "pinned-tls", "-n", NS, "--type", "json", "-p", '[{"op": "remove", "path": "/spec/tls"}]', check=False
+    )
+    assert out.returncode != 0 and "spec.tls cannot be switched" in out.stderr, out.stderr
+    k8s.kubectl(
+        "patch", "mstore", "pinned-tls", "-n", NS, "--type", "merge", "-p", '{"spec": {"store": {"fileReservedTime": 7}}}'
+    )  # other edits pass
+    k8s.kubectl("delete", "mstore", "pinned-tls", "-n", NS, "--wait=true")
 
 
 def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):

@@ -61,6 +61,7 @@ async def test_the_operator_issues_certificates_and_pods_serve_only_tls(env, tmp
     assert {SERVER_NAME, "orders-0", "orders-1", f"*.orders-headless.{NS}.svc"} <= issued.dns
     st = env.store()["status"]["tls"]
     assert st["secretName"] == "orders-tls" and st["caSecretName"] == "orders-ca" and st["notAfter"].endswith("Z")
+    assert st["caCertSecretName"] == "orders-ca-cert" and _secret(env, "orders-ca-cert") == {"ca.crt": ca["ca.crt"]}  # no key in it
     assert env.events("CertificateIssued")
     sts = env.obj(STS, "orders")
     kubernetes_validate.validate(sts, "1.30.0", strict=True)
@@ -103,6 +104,7 @@ async def test_a_named_secret_with_mutual_tls(env, tmp_path):
     await env.put_secret("orders-cert", {"tls.crt": pair.cert.decode(), "tls.key": pair.key.decode(), "ca.crt": ca.cert.decode()})
     await env.until(lambda: env.condition("Ready").get("status") == "True", what="Ready", timeout=90)
     assert env.obj(SECRETS, "orders-tls") is None and env.obj(SECRETS, "orders-ca") is None  # nothing issued
+    assert _secret(env, "orders-ca-cert") == {"ca.crt": ca.cert}  # the user's CA, published for clients
     other_ca = certificates.issue_ca("someone else", now)
     stranger = certificates.issue_server(other_ca, "x", ["x"], [], 30, now)
     client_pair = certificates.issue_server(ca, "app", ["app"], [], 30, now)
@@ -228,3 +230,13 @@ async def test_a_replicated_store_replicates_over_tls(env, tmp_path):
     with Client(addresses, tls_ca=f["ca.crt"], tls_cert=f["tls.crt"], tls_key=f["tls.key"], server_name=SERVER_NAME, timeout=10) as c:
         c.create_topic("t", 1)
         assert all(r.status == "PUT_OK" for r in c.send_batch("t", [OutMessage(b"a"), OutMessage(b"b")]))
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_a_secret_of_the_operators_name_that_it_did_not_make_is_never_used(env):
+    await env.put_secret("orders-tls", {"tls.crt": "someone else's", "tls.key": "x", "ca.crt": "y"})
+    await env.create(replicas=1, store=SMALL, tls={})
+    cond = await env.until(lambda: (c := env.condition("ReferenceMissing")).get("reason") == "SecretNotOurs" and c, what="SecretNotOurs")
+    assert "orders-tls" in cond["message"] and "spec.tls" in cond["message"]
+    assert _secret(env, "orders-tls")["tls.crt"] == b"someone else's"  # untouched

@@ -105,3 +105,49 @@ async def test_bad_user_resources_are_refused_naming_the_field(env):
     users = Client(env.cluster.containers["orders-0"].address, admin_token=ADMIN, timeout=10).users()
     assert users == []
     await env.until(lambda: env.events("InvalidSpec") and env.events("SecretNotOurs"), what="the Warning events")
+
+
+async def patch_user(env, name: str, body: dict) -> None:
+    async with env.http.patch(
+        f"{env.url}/apis/msgstore.io/v1alpha1/namespaces/{NS}/messagestoreusers/{name}",
+        json=body,
+        headers={"Content-Type": "application/merge-patch+json"},
+    ) as r:
+        r.raise_for_status()
+
+
+async def test_users_are_kept_on_every_node_and_never_taken_from_others(env):
+    """Every node (replica group) keeps its own users: one that lacks a user gets it back; a
+    user the CLI made is not taken over unless asked; a refused edit keeps the user as it was;
+    a resource renamed to another's key does not take it."""
+    await env.put_secret("store-admin", {"token": ADMIN})
+    await env.create(replicas=2, store={**SMALL, "authorizationEnabled": True}, adminTokenSecret={"name": "store-admin"})
+    await env.until(lambda: env.condition("Ready").get("status") == "True", what="Ready", timeout=90)
+    nodes = {p: Client(c.address, admin_token=ADMIN, timeout=10) for p, c in env.cluster.containers.items()}
+
+    def keys(pod):
+        return {u.access_key for u in nodes[pod].admin(env.cluster.containers[pod].address).users()}
+
+    await post(env, USERS, user("alice", entries=[{"resource": "topic:a", "actions": ["pub"]}]))
+    await env.until(lambda: all("alice" in keys(p) for p in nodes), what="alice on both nodes")
+    nodes["orders-1"].admin(env.cluster.containers["orders-1"].address).delete_user("alice")
+    await env.until(lambda: "alice" in keys("orders-1"), what="alice put back on the node that lost her")
+
+    nodes["orders-0"].put_user("bob", "a-secret-key-the-cli-chose", entries=[{"resource": "topic:b", "actions": ["sub"]}])
+    await post(env, USERS, user("bob", entries=[{"resource": "topic:b", "actions": ["pub"]}]))
+    await env.until(lambda: ready_condition(env, "bob").get("reason") == "UserExists", what="UserExists")
+    assert "msgstore.io/adopt-user" in ready_condition(env, "bob")["message"]
+    await patch_user(env, "bob", {"metadata": {"annotations": {"msgstore.io/adopt-user": "true"}}})
+    await env.until(lambda: ready_condition(env, "bob").get("status") == "True", what="bob adopted")
+
+    # alice's edit refused (a deny that voids her allow): her user stays as last applied
+    bad = [{"resource": "topic:a", "actions": ["pub"]}, {"resource": "topic:*", "actions": ["all"], "decision": "Deny"}]
+    await patch_user(env, "alice", {"spec": {"entries": bad}})
+    await env.until(lambda: ready_condition(env, "alice").get("reason") == "InvalidSpec", what="the edit refused")
+    assert all("alice" in keys(p) for p in nodes)
+    assert "alice" in env.store()["status"]["managedUsers"]
+    # bob renamed to alice's key: alice keeps it
+    await patch_user(env, "bob", {"spec": {"accessKey": "alice"}})
+    await env.until(lambda: ready_condition(env, "bob").get("reason") == "AccessKeyTaken", what="AccessKeyTaken")
+    entries = next(u for u in nodes["orders-0"].users() if u.access_key == "alice").entries
+    assert [e.resource for e in entries] == ["topic:a"]

@@ -758,9 +758,10 @@ class Client(PopCalls):
 
     # ------------------------------------------------------------------ users (§20)
 
-    def _group_masters(self) -> list[str]:
-        """The master of every replica group; a group without a ready one fails the change
-        (its users would differ from the others' until it is made again)."""
+    def group_masters(self) -> list[str]:
+        """The master of every replica group (the address to reach it by); a group without a
+        ready one fails the change (its users would differ from the others' until it is made
+        again)."""
         nodes = self.nodes()
         down = [n.name for n in nodes if not n.ready]
         if down:
@@ -772,28 +773,15 @@ class Client(PopCalls):
     ) -> apb.UserInfo:
         """Create or replace a user on every replica group's master (``secret_key`` empty:
         keep its secret). ``entries``: ``{"resource", "actions", "decision", "sourceIps"}``."""
-        req = apb.PutUserRequest(
-            access_key=access_key,
-            secret_key=secret_key,
-            user_type="Super" if super_user else "Normal",
-            entries=[
-                apb.AclEntry(
-                    resource=e["resource"],
-                    actions=e["actions"].split(",") if isinstance(e["actions"], str) else list(e["actions"]),
-                    decision=e.get("decision", "allow"),
-                    source_ips=list(e.get("sourceIps", ())),
-                )
-                for e in entries or ()
-            ],
-        )
-        return [self.admin(address).put_user(req) for address in self._group_masters()][0]
+        req = put_user_request(access_key, secret_key, super_user, entries)
+        return [self.admin(address).put_user(req) for address in self.group_masters()][0]
 
     def delete_user(self, access_key: str) -> bool:
-        return any([self.admin(address).delete_user(access_key) for address in self._group_masters()])
+        return any([self.admin(address).delete_user(access_key) for address in self.group_masters()])
 
     def users(self) -> list[apb.UserInfo]:
         """The users (without secrets), as the first group's master keeps them."""
-        return self.admin(self._group_masters()[0]).users()
+        return self.admin(self.group_masters()[0]).users()
 
     # ------------------------------------------------------------------ admin
 
@@ -806,3 +794,21 @@ class Client(PopCalls):
             found = next((n for n in self.nodes() if node in (n.name, n.address)), None)
             address = found.address if found else node
         return AdminClient(self, address)
+
+
+def put_user_request(access_key: str, secret_key: str, super_user: bool, entries: list[dict[str, Any]] | None) -> apb.PutUserRequest:
+    """Admin.PutUser's request; ``entries`` as ``{"resource", "actions", "decision", "sourceIps"}``."""
+    return apb.PutUserRequest(
+        access_key=access_key,
+        secret_key=secret_key,
+        user_type="Super" if super_user else "Normal",
+        entries=[
+            apb.AclEntry(
+                resource=e["resource"],
+                actions=e["actions"].split(",") if isinstance(e["actions"], str) else list(e["actions"]),
+                decision=e.get("decision", "allow"),
+                source_ips=list(e.get("sourceIps", ())),
+            )
+            for e in entries or ()
+        ],
+    )
