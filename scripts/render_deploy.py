@@ -43,17 +43,16 @@ def render_chart() -> dict[str, str]:
     values["properties"]["store"]["properties"]["replication"] = crd.values_replication()
     values["properties"]["store"]["properties"]["access"] = crd.values_access()
     values["properties"]["store"]["properties"]["tls"] = crd.values_tls()
-    users = CRD_HEADER + yaml.safe_dump(crd.user_definition(), sort_keys=False, width=120)
+    declared = {d["metadata"]["name"]: d for d in (crd.user_definition(), crd.topic_definition(), crd.group_definition())}
     return {
         "charts/msgstore/crds/messagestores.msgstore.io.yaml": text,
-        "charts/msgstore/crds/messagestoreusers.msgstore.io.yaml": users,
+        **{f"charts/msgstore/crds/{n}.yaml": CRD_HEADER + yaml.safe_dump(d, sort_keys=False, width=120) for n, d in declared.items()},
         "charts/msgstore/values.schema.json": json.dumps(values, indent=2) + "\n",
     }
 
 
 def render(chart: dict[str, str]) -> dict[str, str]:
-    crd = chart["charts/msgstore/crds/messagestores.msgstore.io.yaml"]
-    users = chart["charts/msgstore/crds/messagestoreusers.msgstore.io.yaml"]
+    crds = {os.path.basename(k): v for k, v in chart.items() if k.startswith("charts/msgstore/crds/")}
     operator = subprocess.run(
         [helm_binary(), "template", "msgstore", CHART, "--namespace", NAMESPACE, "--set", "operator.scope=cluster"],
         check=True,
@@ -61,11 +60,7 @@ def render(chart: dict[str, str]) -> dict[str, str]:
         text=True,
     ).stdout
     namespace = f"---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"
-    return {
-        "deploy/crds/messagestores.msgstore.io.yaml": HEADER + crd,
-        "deploy/crds/messagestoreusers.msgstore.io.yaml": HEADER + users,
-        "deploy/operator.yaml": HEADER + namespace + operator,
-    }
+    return {**{f"deploy/crds/{n}": HEADER + text for n, text in crds.items()}, "deploy/operator.yaml": HEADER + namespace + operator}
 
 
 def _write(rel: str, text: str) -> None:

@@ -380,6 +380,132 @@ def user_definition() -> dict[str, Any]:
     )
 
 
+def topic_definition() -> dict[str, Any]:
+    """MessageStoreTopic: a topic of one MessageStore (store-format.md §20.6)."""
+    spec = {
+        "type": "object",
+        "required": ["store"],
+        "x-kubernetes-validations": [
+            {
+                "rule": "!has(oldSelf.queues) || !has(self.queues) || self.queues >= oldSelf.queues",
+                "message": "spec.queues cannot shrink: messages in the removed queues would be stranded",
+            },
+            {
+                "rule": "(has(self.topicName) ? self.topicName : '') == (has(oldSelf.topicName) ? oldSelf.topicName : '')",
+                "message": "spec.topicName cannot change: make another MessageStoreTopic",
+            },
+        ],
+        "properties": {
+            "store": {"type": "string", "minLength": 1, "description": "The MessageStore (same namespace)."},
+            "topicName": {
+                "type": "string",
+                "pattern": r"^[%|a-zA-Z0-9_-]{1,127}$",
+                "description": "The topic (default: the resource's name).",
+            },
+            "queues": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1024,
+                "description": "Queues per node (default the store's defaultTopicQueueNums); may grow, never shrink.",
+            },
+            "permission": {"type": "string", "enum": ["ReadWrite", "ReadOnly", "WriteOnly"], "default": "ReadWrite"},
+            "messageType": {
+                "type": "string",
+                "enum": ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+                "default": "NORMAL",
+                "description": "RocketMQ 5's topic message type; RocketMQ 5 clients are told it in their routes.",
+            },
+            "deleteWithData": {
+                "type": "boolean",
+                "default": False,
+                "description": "Deleting this resource deletes the topic even where it holds messages (otherwise it is kept there).",
+            },
+        },
+    }
+    return _definition(
+        "MessageStoreTopic",
+        "messagestoretopics",
+        ["mstopic"],
+        "A topic of a MessageStore, made and kept as it says on every node.",
+        spec,
+        [
+            {"name": "Store", "type": "string", "jsonPath": ".spec.store"},
+            {"name": "Topic", "type": "string", "jsonPath": ".status.topicName"},
+            {"name": "Queues", "type": "integer", "jsonPath": ".status.queues"},
+            {"name": "Type", "type": "string", "jsonPath": ".spec.messageType"},
+            {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        ],
+    )
+
+
+def group_definition() -> dict[str, Any]:
+    """MessageStoreGroup: a consumer group's order and retry policy on one MessageStore."""
+    seconds = {"type": "number", "minimum": 0, "maximum": 86400}
+    spec = {
+        "type": "object",
+        "required": ["store"],
+        "properties": {
+            "store": {"type": "string", "minLength": 1, "description": "The MessageStore (same namespace)."},
+            "groupName": {
+                "type": "string",
+                "pattern": r"^[A-Za-z0-9_%|-]{1,255}$",
+                "description": "The consumer group (default: the resource's name).",
+            },
+            "fifo": {
+                "type": "boolean",
+                "default": False,
+                "description": "Each message group (sent with a message group) delivered one message at a time, in order.",
+            },
+            "maxDeliveries": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1001,
+                "default": 17,
+                "description": "Deliveries before a message goes to the dead-letter topic, the first included "
+                "(RocketMQ's retryMaxTimes + 1).",
+            },
+            "retry": {
+                "type": "object",
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "!has(self.backoffSeconds) || !has(self.exponential)",
+                        "message": "spec.retry: give backoffSeconds or exponential, not both",
+                    }
+                ],
+                "properties": {
+                    "backoffSeconds": {
+                        "type": "array",
+                        "maxItems": 64,
+                        "items": seconds,
+                        "description": "The wait after delivery k is backoffSeconds[k-1], the last repeating.",
+                    },
+                    "exponential": {
+                        "type": "object",
+                        "properties": {
+                            "initialSeconds": {**seconds, "default": 1},
+                            "maxSeconds": {**seconds, "default": 7200},
+                            "multiplier": {"type": "number", "minimum": 1, "maximum": 100, "default": 2},
+                        },
+                    },
+                },
+            },
+        },
+    }
+    return _definition(
+        "MessageStoreGroup",
+        "messagestoregroups",
+        ["msgroup"],
+        "A consumer group's order and retry policy on a MessageStore.",
+        spec,
+        [
+            {"name": "Store", "type": "string", "jsonPath": ".spec.store"},
+            {"name": "Group", "type": "string", "jsonPath": ".status.groupName"},
+            {"name": "FIFO", "type": "boolean", "jsonPath": ".spec.fifo"},
+            {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        ],
+    )
+
+
 def _definition(kind: str, plural: str, short: list[str], description: str, spec: dict, columns: list) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -438,4 +564,14 @@ def values_replication() -> dict[str, Any]:
     return {**schema, "additionalProperties": False}
 
 
-__all__ = ["definition", "values_store_config", "values_replication", "values_access", "values_tls", "user_definition", "KEYS"]
+__all__ = [
+    "definition",
+    "values_store_config",
+    "values_replication",
+    "values_access",
+    "values_tls",
+    "user_definition",
+    "topic_definition",
+    "group_definition",
+    "KEYS",
+]

@@ -134,9 +134,12 @@ def pod_changed(body, memo, **_) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, "messagestoreusers")
-def user_changed(body, memo, **_) -> None:
-    """A MessageStoreUser was made, changed or deleted: its store's next pass puts it on the
-    store (or takes it off), soon. No finalizer: a deletion is noticed from the store's side."""
+@kopf.on.event(GROUP, VERSION, "messagestoretopics")
+@kopf.on.event(GROUP, VERSION, "messagestoregroups")
+def declared_changed(body, memo, **_) -> None:
+    """A MessageStoreUser, Topic or Group was made, changed or deleted: its store's next pass
+    puts it on the store (or takes it off), soon. No finalizer: a deletion is noticed from the
+    store's side (declared.py)."""
     meta, store = body.get("metadata", {}), (body.get("spec") or {}).get("store")
     observer = getattr(memo, "observer", None)
     if store and observer is not None:

@@ -19,10 +19,12 @@ from msgstore.store.config import HOT_KEYS, StoreConfig
 from msgstore.wire import config_text
 
 from . import decide, render, replication
+from .groups import Groups
 from .kube import ApiError, Kube
 from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, list_pods, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
 from .tls import PLAIN, Certificates, Reaches
+from .topics import Topics
 from .users import Users
 
 log = logging.getLogger(__name__)
@@ -185,9 +187,14 @@ class Reconciler:
         self._roll(spec, pods, desired_hash, replicas, status, out)
         self._status(spec, pods, desired_hash, replicas, meta, conditions, status, out)
         if missing is None:
-            users = Users(self.kube, spec, token, self._reach.client_options(), certs.ca_cert)
-            users.reconcile(pods, status)
-            out.events += users.events
+            declared = [
+                Users(self.kube, spec, token, self._reach.client_options(), certs.ca_cert),
+                Topics(self.kube, spec, token, self._reach.client_options()),
+                Groups(self.kube, spec, token, self._reach.client_options()),
+            ]
+            for kind in declared:
+                kind.reconcile(pods, status)
+                out.events += kind.events
         if missing is not None:
             decide.set_condition(conditions, "Ready", False, missing.reason, str(missing))
         return out

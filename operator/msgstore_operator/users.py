@@ -24,9 +24,9 @@ from msgstore.acl import policy
 from msgstore.client import Client, StoreError
 from msgstore.client.client import put_user_request
 
-from . import decide
+from .declared import Declared
 from .kube import Kube, NotFound
-from .pods import ADMIN_TIMEOUT_S, PodView
+from .pods import PodView
 from .spec import API_VERSION, Spec, SpecError
 
 log = logging.getLogger(__name__)
@@ -89,49 +89,39 @@ def _key(entries: Any) -> list[str]:
     return sorted(repr(sorted(e.items())) for e in entries)
 
 
-class Users:
+class Users(Declared):
     """One pass over the users of one store."""
 
+    KIND = KIND
+
     def __init__(self, kube: Kube, spec: Spec, token: str | None, reach: dict[str, Any], ca_cert: bytes | None = None):
-        self.kube, self.spec, self.token, self.reach, self.ca_cert = kube, spec, token, reach, ca_cert
-        self.events: list[tuple[str, str, str]] = []  # on the MessageStore
+        super().__init__(kube, spec, token, reach)
+        self.ca_cert = ca_cert
 
     def reconcile(self, pods: list[PodView], status: dict[str, Any]) -> None:
-        try:
-            listed = self.kube.list(KIND, self.spec.namespace)
-        except NotFound:  # the CRD is not installed (helm upgrade leaves crds/ alone): nothing is touched
-            return
-        resources = [u for u in listed if (u.get("spec") or {}).get("store") == self.spec.name]
+        resources = self.resources()
         managed = set(status.get(MANAGED) or [])
-        if not resources and not managed:
+        if resources is None or (not resources and not managed):
             return
-        # (during a roll that switches TLS on or off, the pods already serving as the spec says)
-        reachable = [f"{p.ip}:{self.spec.port}" for p in pods if p.store is not None and not p.deleting and p.reach == self.reach]
-        problem = ""
-        if self.token is None:
-            problem = f"MessageStore {self.spec.name} has no spec.adminTokenSecret: users are managed with the admin token"
-        elif not reachable:
-            problem = f"no pod of MessageStore {self.spec.name} answers yet"
-        if problem:
-            for body in resources:
-                self._status(body, None, "StoreUnavailable", problem)
+        addresses = self.unavailable(resources, pods, needs_token=True)
+        if addresses is None:
             return
-        with Client(reachable, admin_token=self.token, timeout=ADMIN_TIMEOUT_S * 3, **self.reach) as client:
+        with self.client(addresses) as client:
             try:  # every replica group's master keeps its own users: each is compared and corrected
                 live = {m: {u.access_key: u for u in client.admin(m).users()} for m in client.group_masters()}
             except StoreError as e:
                 for body in resources:
-                    self._status(body, None, "StoreUnavailable", f"listing the store's users failed: {e.code.name}: {e.details}")
+                    self.status(body, "StoreUnavailable", f"listing the store's users failed: {e.code.name}: {e.details}")
                 return
             wanted: dict[str, str] = {}
             kept: set[str] = set()
-            for body in sorted(resources, key=lambda b: _precedence(b)):
+            for body in sorted(resources, key=_precedence):
                 previous = (body.get("status") or {}).get("accessKey")
                 try:
                     key = self._one(client, body, live, wanted, managed)
                 except Exception as e:  # one resource's trouble is its own status, never the store's pass
                     log.exception("MessageStoreUser %s", body["metadata"]["name"])
-                    self._status(body, None, "Failed", f"{type(e).__name__}: {e}")
+                    self._say(body, None, "Failed", f"{type(e).__name__}: {e}")
                     key = None
                 if key:
                     wanted[key] = body["metadata"]["name"]
@@ -154,15 +144,15 @@ class Users:
         try:
             user = parse_user(body)
         except SpecError as e:
-            self._status(body, None, "InvalidSpec", str(e))
+            self._say(body, None, "InvalidSpec", str(e))
             return None
         if user.access_key in wanted:
-            self._status(body, user, "AccessKeyTaken", f"spec.accessKey: {user.access_key} is MessageStoreUser {wanted[user.access_key]}'s")
+            self._say(body, user, "AccessKeyTaken", f"spec.accessKey: {user.access_key} is MessageStoreUser {wanted[user.access_key]}'s")
             return None
         exists = any(user.access_key in users for users in live.values())
         adopt = str((body["metadata"].get("annotations") or {}).get(ADOPT, "")).lower() == "true"
         if exists and user.access_key not in managed and not adopt:
-            self._status(
+            self._say(
                 body,
                 None,
                 "UserExists",
@@ -173,7 +163,7 @@ class Users:
         try:
             secret_key, fresh = self._secret(body, user)
         except SpecError as e:
-            self._status(body, None, "SecretNotOurs", str(e))
+            self._say(body, None, "SecretNotOurs", str(e))
             return None
         request = put_user_request(user.access_key, secret_key, user.super_user, list(user.entries))
         done = []
@@ -193,12 +183,12 @@ class Users:
             try:
                 client.admin(master).put_user(request)
             except StoreError as e:
-                self._status(body, user, "StoreRefused", f"{e.code.name}: {e.details}")
+                self._say(body, user, "StoreRefused", f"{e.code.name}: {e.details}")
                 return user.access_key  # (kept: what was put elsewhere is taken off if the resource goes)
             done.append((why, drift))
         if done:
             why, drift = done[0]
-            self._event(body, "Warning" if drift else "Normal", "UserDrift" if drift else "UserPut", f"user {user.access_key} {why}")
+            self.event(body, "Warning" if drift else "Normal", "UserDrift" if drift else "UserPut", f"user {user.access_key} {why}")
         note = (
             ""
             if self.spec.store.get("authorizationEnabled") == "true"
@@ -207,7 +197,7 @@ class Users:
                 "the user is stored, not enforced"
             )
         )
-        self._status(body, user, "Ready", note, ready=True)
+        self._say(body, user, "Ready", note, ready=True)
         return user.access_key
 
     def _secret(self, body: dict[str, Any], user: UserSpec) -> tuple[str, bool]:
@@ -252,25 +242,6 @@ class Users:
             self.kube.replace(obj)
         return secret_key, fresh
 
-    def _status(self, body: dict[str, Any], user: UserSpec | None, reason: str, message: str, ready: bool = False) -> None:
-        meta = body["metadata"]
-        old = body.get("status") or {}
-        conditions = [dict(c) for c in old.get("conditions") or []]
-        changed = decide.set_condition(conditions, "Ready", ready, reason, message)
-        new = {**old, "conditions": conditions, "observedGeneration": meta.get("generation")}
-        if user is not None:
-            new.update(accessKey=user.access_key, secretName=user.secret_name)
-        if new == old:
-            return
-        try:
-            self.kube.patch(KIND, self.spec.namespace, meta["name"], {"status": new}, sub="status")
-        except NotFound:  # deleted since it was listed: the next pass takes its user off
-            return
-        if changed and not ready:
-            self._event(body, "Warning", reason, message)
-
-    def _event(self, body: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        try:
-            self.kube.event(body, etype, reason, message)
-        except Exception as e:  # an Event is worth a log line, not a failed pass
-            log.warning("could not post event %s: %s", reason, e)
+    def _say(self, body: dict[str, Any], user: UserSpec | None, reason: str, message: str, ready: bool = False) -> None:
+        fields = {"accessKey": user.access_key, "secretName": user.secret_name} if user is not None else {}
+        self.status(body, reason, message, ready, **fields)

@@ -26,9 +26,13 @@ from tests.support.servers import free_port
 NS = "stores"
 CR = "msgstore.io/v1alpha1/messagestores"
 USERS = "msgstore.io/v1alpha1/messagestoreusers"
+TOPICS = "msgstore.io/v1alpha1/messagestoretopics"
+GROUPS = "msgstore.io/v1alpha1/messagestoregroups"
 RESOURCES = {
     CR: dict(kind="MessageStore", namespaced=True, subresources=["status"]),
     USERS: dict(kind="MessageStoreUser", namespaced=True, subresources=["status"]),
+    TOPICS: dict(kind="MessageStoreTopic", namespaced=True, subresources=["status"]),
+    GROUPS: dict(kind="MessageStoreGroup", namespaced=True, subresources=["status"]),
     "apiextensions.k8s.io/v1/customresourcedefinitions": dict(kind="CustomResourceDefinition", namespaced=False),
     "v1/namespaces": dict(kind="Namespace", namespaced=False),
     "v1/events": dict(kind="Event", namespaced=True),

@@ -756,6 +756,11 @@ class Client(PopCalls):
                 out.setdefault(t.name, {})[n.name] = t.write_queue_nums
         return out
 
+    def topic_infos(self, *, skipped: list[str] | None = None) -> dict[str, dict[str, pb.TopicInfo]]:
+        """Node → topic → its settings there (queues, perm, message type)."""
+        listed = self._each_node("", lambda n: self._call(n.address, "ListTopics", pb.ListTopicsRequest(), node=n.name), skipped)
+        return {n.name: {t.name: t for t in resp.topics} for n, resp in listed}
+
     # ------------------------------------------------------------------ users (§20)
 
     def group_masters(self) -> list[str]:

@@ -1,0 +1,156 @@
+"""MessageStoreTopic resources: a store's topics kept in Git (Strimzi's KafkaTopic).
+
+For each resource the topic is made on every node with its queues, permission and RocketMQ 5
+message type, and put back when it differs there (a change made with the CLI: ``TopicDrift``).
+A topic made with the CLI before its resource existed is taken over by it. When a resource is
+deleted, its topic is deleted where it is empty; where it holds messages it is kept (a
+``TopicKept`` Warning) unless the resource said ``deleteWithData: true``, and the operator stops
+managing it. Queues never shrink (messages in the removed queues would be stranded).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from msgstore.client import StoreError
+
+from .declared import Declared
+from .pods import PodView
+from .spec import SpecError
+
+log = logging.getLogger(__name__)
+
+KIND = "MessageStoreTopic"
+PLURAL = "messagestoretopics"
+MANAGED = "managedTopics"  # MessageStore status: topic -> {"deleteWithData": bool}
+PERMISSIONS = {"ReadWrite": 6, "ReadOnly": 4, "WriteOnly": 2}
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    queues: int  # 0: the store's defaultTopicQueueNums (at creation)
+    perm: int
+    message_type: str
+    delete_with_data: bool
+
+
+def parse_topic(body: Mapping[str, Any]) -> TopicSpec:
+    meta, spec = body.get("metadata", {}), body.get("spec") or {}
+    name = spec.get("topicName") or meta["name"]
+    if not TOPIC.match(name):
+        raise SpecError("spec.topicName", f"{name[:80]!r}: 1-127 characters of A-Z a-z 0-9 _ - % |")
+    queues = int(spec.get("queues") or 0)
+    if not 0 <= queues <= 1024:
+        raise SpecError("spec.queues", f"must be between 1 and 1024, got {queues}")
+    permission = str(spec.get("permission", "ReadWrite"))
+    if permission not in PERMISSIONS:
+        raise SpecError("spec.permission", f"ReadWrite, ReadOnly or WriteOnly, got {permission[:40]!r}")
+    message_type = str(spec.get("messageType", "NORMAL"))
+    if message_type not in MESSAGE_TYPES:
+        raise SpecError("spec.messageType", f"one of {', '.join(MESSAGE_TYPES)}, got {message_type[:40]!r}")
+    return TopicSpec(name, queues, PERMISSIONS[permission], message_type, bool(spec.get("deleteWithData", False)))
+
+
+class Topics(Declared):
+    """One pass over the topics of one store."""
+
+    KIND = KIND
+
+    def reconcile(self, pods: list[PodView], status: dict[str, Any]) -> None:
+        resources = self.resources()
+        managed: dict[str, Any] = dict(status.get(MANAGED) or {})
+        if resources is None or (not resources and not managed):
+            return
+        addresses = self.unavailable(resources, pods, needs_token=False)
+        if addresses is None:
+            return
+        with self.client(addresses) as client:
+            try:
+                live = client.topic_infos()
+            except StoreError as e:
+                for body in resources:
+                    self.status(body, "StoreUnavailable", f"listing the store's topics failed: {e.code.name}: {e.details}")
+                return
+            wanted: dict[str, str] = {}
+            kept: dict[str, Any] = {}
+            for body in resources:
+                name = body["metadata"]["name"]
+                previous = (body.get("status") or {}).get("topicName")
+                try:
+                    topic = self._one(client, body, live, wanted)
+                except Exception as e:  # one resource's trouble is its own status, never the store's pass
+                    log.exception("%s %s", KIND, name)
+                    self.status(body, "Failed", f"{type(e).__name__}: {e}")
+                    topic = None
+                if topic is not None:
+                    wanted[topic.name] = name
+                    kept[topic.name] = {"deleteWithData": topic.delete_with_data}
+                elif previous in managed and previous not in wanted:
+                    wanted[previous] = name  # a refused edit leaves the topic as last applied
+                    kept[previous] = managed[previous]
+            for gone in sorted(set(managed) - set(kept)):
+                if not self._delete(client, gone, bool((managed[gone] or {}).get("deleteWithData"))):
+                    kept[gone] = managed[gone]  # tried again next pass
+        status[MANAGED] = kept
+
+    def _one(self, client: Any, body: dict[str, Any], live: dict[str, dict[str, Any]], wanted: dict[str, str]) -> TopicSpec | None:
+        try:
+            topic = parse_topic(body)
+        except SpecError as e:
+            self.status(body, "InvalidSpec", str(e))
+            return None
+        if topic.name in wanted:
+            self.status(body, "TopicTaken", f"spec.topicName: {topic.name} is {KIND} {wanted[topic.name]}'s")
+            return None
+        have = [nodes[topic.name] for nodes in live.values() if topic.name in nodes]
+        most = max((t.write_queue_nums for t in have), default=0)
+        if topic.queues and topic.queues < most:
+            self.status(
+                body,
+                "QueuesCannotShrink",
+                f"spec.queues: {topic.queues} is fewer than the topic's {most} (messages in the others would be stranded)",
+            )
+            return None
+        differs = len(have) < len(live) or any(
+            (topic.queues and t.write_queue_nums != topic.queues) or t.perm != topic.perm or t.message_type != topic.message_type
+            for t in have
+        )
+        if differs:
+            client.create_topic(topic.name, topic.queues, perm=topic.perm, message_type=topic.message_type)
+            drift = len(have) == len(live) and (body.get("status") or {}).get("topicName") == topic.name
+            if drift:
+                self.event(body, "Warning", "TopicDrift", f"topic {topic.name} put back as the resource says (changed outside it)")
+            else:
+                self.event(body, "Normal", "TopicPut", f"topic {topic.name} made or updated on every node")
+        queues = topic.queues or most or None
+        self.status(body, "Ready", "", True, topicName=topic.name, **({"queues": queues} if queues else {}))
+        return topic
+
+    def _delete(self, client: Any, topic: str, with_data: bool) -> bool:
+        """Whether the operator is done with ``topic`` (deleted, or kept because it holds data)."""
+        try:
+            client.delete_topic(topic, force=with_data)
+        except StoreError as e:
+            if e.code == grpc.StatusCode.FAILED_PRECONDITION:
+                self.events.append(
+                    (
+                        "Warning",
+                        "TopicKept",
+                        f"topic {topic} kept: its {KIND} is gone but it holds messages ({e.details}); "
+                        "set spec.deleteWithData: true before deleting the resource to drop them, or delete it with the CLI",
+                    )
+                )
+                return True
+            self.events.append(("Warning", "TopicDeleteFailed", f"topic {topic}: {e.code.name}: {e.details}"))
+            return False
+        self.events.append(("Normal", "TopicDeleted", f"topic {topic} deleted (its {KIND} is gone)"))
+        return True
