@@ -985,6 +985,36 @@ def test_tls_and_two_users_from_resources_with_a_renewal_under_load(k8s: K8s, re
         got = billing.pull("orders", q, off, max_messages=1, timeout_ms=2000, group="billing")
         assert got.messages and got.messages[0].body == body, (node, qid, off)
 
+    # a topic and a group kept as resources: the topic edited (grown; a shrink refused by the
+    # API server), the group deleted (its settings forgotten)
+    def resource(kind: str, name: str, **spec) -> dict:
+        meta = {"name": name, "namespace": NS}
+        return {"apiVersion": "msgstore.io/v1alpha1", "kind": kind, "metadata": meta, "spec": {"store": "secure", **spec}}
+
+    admin = Client(addresses, admin_token="secure-adm1n", timeout=10, **tls)
+    k8s.apply(resource("MessageStoreTopic", "audit-log", queues=2, messageType="FIFO"))
+    k8s.apply(resource("MessageStoreGroup", "billing", fifo=True, maxDeliveries=4))
+
+    def topic_everywhere(queues: int) -> bool:
+        infos = admin.topic_infos()
+        return len(infos) == 2 and all(
+            "audit-log" in t and (t["audit-log"].write_queue_nums, t["audit-log"].message_type) == (queues, "FIFO") for t in infos.values()
+        )
+
+    def group_policies() -> list[tuple[bool, int]]:
+        return [(g.policy.fifo, g.policy.max_deliveries) for _, g in admin.describe_groups("billing") if g.HasField("policy")]
+
+    k8s.wait(lambda: topic_everywhere(2), 60, "the topic on both nodes")
+    k8s.wait(lambda: group_policies() == [(True, 4)] * 2, 60, "the group on both nodes")
+    k8s.kubectl("patch", "mstopic", "audit-log", "-n", NS, "--type", "merge", "-p", '{"spec": {"queues": 3}}')
+    k8s.wait(lambda: topic_everywhere(3), 60, "the topic grown to 3 queues")
+    out = k8s.kubectl("patch", "mstopic", "audit-log", "-n", NS, "--type", "merge", "-p", '{"spec": {"queues": 1}}', check=False)
+    assert out.returncode != 0 and "spec.queues cannot shrink" in out.stderr, out.stderr
+    k8s.kubectl("delete", "msgroup", "billing", "-n", NS, "--wait=true")
+    k8s.wait(lambda: all(not fifo and most != 4 for fifo, most in group_policies()), 60, "the group's settings forgotten")
+    k8s.wait(lambda: k8s.events(NS, "GroupDeleted", "secure"), 30, "the GroupDeleted event")
+    admin.close()
+
     # the billing resource deleted: its user leaves the store, its Secret goes with it
     k8s.kubectl("delete", "messagestoreuser", "billing", "-n", NS, "--wait=true")
 
