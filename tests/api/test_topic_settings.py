@@ -8,7 +8,7 @@ import os
 import grpc
 import pytest
 
-from msgstore.client import StoreError
+from msgstore.client import Client, StoreError
 from msgstore.v1 import msgstore_pb2 as pb
 
 
@@ -77,3 +77,18 @@ def test_a_group_s_settings_are_forgotten(client):
     assert client.committed("billing", "bills", client.route("bills").queues[0]) == -1  # ...unless asked
     assert not client.delete_group("billing")
     refused(lambda: client.delete_group("bad/name"), grpc.StatusCode.INVALID_ARGUMENT, "group")
+
+
+def test_the_cli_creates_changes_and_deletes_topics(server):
+    from tests.api.test_cli import run
+
+    s = ["--server", server.address]
+    out = json.loads(run("--json", "topics", "create", "jobs", "--queues", "2", "--message-type", "DELAY", "--perm", "w", *s).stdout)
+    assert out == [{"topic": "jobs", "queues": 2, "perm": 2, "type": "DELAY"}]
+    with Client(server.address, timeout=10) as c:
+        c.send("jobs", b"x")  # (write only: sends pass)
+    bad = run("topics", "delete", "jobs", *s, check=False)
+    assert bad.returncode != 0 and b"force" in bad.stderr, bad.stderr
+    out = json.loads(run("--json", "topics", "delete", "jobs", "--force", *s).stdout)
+    assert out[0]["deleted"] is True
+    assert run("topics", "delete", *s, check=False).returncode == 2

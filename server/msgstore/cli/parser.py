@@ -364,10 +364,19 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(s)
     s.set_defaults(fn=cmd_query)
 
-    s = sub.add_parser("topics", help="list or create topics")
-    s.add_argument("action", choices=["list", "create"])
+    s = sub.add_parser("topics", help="list, create (or change) and delete topics")
+    s.add_argument("action", choices=["list", "create", "delete"])
     s.add_argument("name", nargs="?")
-    s.add_argument("--queues", type=int, default=0)
+    s.add_argument("--queues", type=int, default=0, help="queues per node (create; default the store's defaultTopicQueueNums)")
+    s.add_argument(
+        "--perm", choices=["rw", "r", "w"], help="read and write, read only or write only (create; an existing topic: unchanged)"
+    )
+    s.add_argument(
+        "--message-type",
+        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+        help="RocketMQ 5's message type (create; RocketMQ 5 clients are told it in their routes)",
+    )
+    s.add_argument("--force", action="store_true", help="delete even where the topic holds messages (they are dropped)")
     _connection_options(s)
     s.set_defaults(fn=cmd_topics)
 

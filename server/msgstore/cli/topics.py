@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..output import emit as _emit
@@ -11,10 +12,21 @@ from .common import open_client, partial
 def cmd_topics(args) -> int:
     skipped: list[str] = []
     with open_client(args) as c:
+        if args.action in ("create", "delete") and not args.name:
+            print(f"error: topics {args.action} needs a topic name", file=sys.stderr)
+            return 2
         if args.action == "create":
-            infos = c.create_topic(args.name, args.queues, skipped=skipped)
-            _emit(args, [{"topic": i.name, "queues": i.write_queue_nums} for i in infos], ["topic", "queues"])
+            perm = {"rw": 6, "r": 4, "w": 2}.get(args.perm or "", 0)
+            infos = c.create_topic(args.name, args.queues, perm=perm, message_type=args.message_type or "", skipped=skipped)
+            rows = [{"topic": i.name, "queues": i.write_queue_nums, "perm": i.perm, "type": i.message_type or "-"} for i in infos]
+            _emit(args, rows, ["topic", "queues", "perm", "type"])
             return partial(skipped, "the topic was not created there: run the command again when it is back")
+        if args.action == "delete":
+            done = c.delete_topic(args.name, force=args.force, skipped=skipped)
+            _emit(
+                args, [{"topic": args.name, "deleted": r.deleted, "messages": r.messages} for r in done], ["topic", "deleted", "messages"]
+            )
+            return partial(skipped, "the topic was not deleted there: run the command again when it is back")
         topics = c.topics(skipped=skipped)
     _emit(
         args,
