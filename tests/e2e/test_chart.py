@@ -1067,6 +1067,26 @@ def test_tls_and_two_users_from_resources_with_a_renewal_under_load(k8s: K8s, re
     k8s.kubectl("delete", "mstore", "secure", "-n", NS, "--wait=true")
 
 
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        ({"entries": [{"resource": "topic:orders", "actions": ["publish"]}]}, "spec.entries[0].actions[0]"),
+        ({"entries": [{"resource": "topic:or*ders", "actions": ["pub"]}]}, "spec.entries[0].resource"),
+        ({"entries": [{"resource": "queue:orders", "actions": ["pub"]}]}, "spec.entries[0].resource"),
+        ({"superUser": True, "entries": [{"resource": "*", "actions": ["all"]}]}, "spec.entries"),
+        ({"secretName": "Not_A_Name"}, "spec.secretName"),
+    ],
+)
+def test_bad_user_resources_are_refused_at_admission(k8s: K8s, release, spec, field):
+    """Issue 32: what Kubernetes can check of a MessageStoreUser is refused by the API server,
+    naming the field (a voided allow and a Secret that is not the operator's are the operator's
+    to refuse: test_users_resource)."""
+    namespace(k8s, NS)
+    doc = {"apiVersion": "msgstore.io/v1alpha1", "kind": "MessageStoreUser", "metadata": {"name": "bad", "namespace": NS}}
+    out = k8s.apply({**doc, "spec": {"store": "orders", **spec}}, check=False)
+    assert out.returncode != 0 and field in out.stderr, out.stderr
+
+
 def test_tls_cannot_be_switched_on_a_replicated_store(k8s: K8s, release):
     """Members of a group dial each other as their own template says: the API server refuses
     switching spec.tls (or clientAuthentication) on a replicated store, naming the field."""
