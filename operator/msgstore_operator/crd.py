@@ -345,6 +345,7 @@ def user_definition() -> dict[str, Any]:
                 "rule": "!has(self.superUser) || !self.superUser || !has(self.entries) || size(self.entries) == 0",
                 "message": "spec.entries: a super user may do everything, its entries would mean nothing",
             },
+            STORE_FIXED,
         ],
         "properties": {
             "store": {"type": "string", "minLength": 1, "description": "The MessageStore (same namespace)."},
@@ -380,6 +381,11 @@ def user_definition() -> dict[str, Any]:
     )
 
 
+# a resource moved to another store would leave what it made on the old one (and, for a topic
+# with deleteWithData, drop its messages there)
+STORE_FIXED = {"rule": "self.store == oldSelf.store", "message": "spec.store cannot change: make another resource"}
+
+
 def topic_definition() -> dict[str, Any]:
     """MessageStoreTopic: a topic of one MessageStore (store-format.md §20.6)."""
     spec = {
@@ -391,9 +397,10 @@ def topic_definition() -> dict[str, Any]:
                 "message": "spec.queues cannot shrink: messages in the removed queues would be stranded",
             },
             {
-                "rule": "(has(self.topicName) ? self.topicName : '') == (has(oldSelf.topicName) ? oldSelf.topicName : '')",
+                "rule": "!has(self.topicName) || !has(oldSelf.topicName) || self.topicName == oldSelf.topicName",
                 "message": "spec.topicName cannot change: make another MessageStoreTopic",
             },
+            STORE_FIXED,
         ],
         "properties": {
             "store": {"type": "string", "minLength": 1, "description": "The MessageStore (same namespace)."},
@@ -412,8 +419,8 @@ def topic_definition() -> dict[str, Any]:
             "messageType": {
                 "type": "string",
                 "enum": ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
-                "default": "NORMAL",
-                "description": "RocketMQ 5's topic message type; RocketMQ 5 clients are told it in their routes.",
+                "description": "RocketMQ 5's topic message type; RocketMQ 5 clients are told it in their routes and send "
+                "only that type (unset: every type).",
             },
             "deleteWithData": {
                 "type": "boolean",
@@ -444,6 +451,7 @@ def group_definition() -> dict[str, Any]:
     spec = {
         "type": "object",
         "required": ["store"],
+        "x-kubernetes-validations": [STORE_FIXED],
         "properties": {
             "store": {"type": "string", "minLength": 1, "description": "The MessageStore (same namespace)."},
             "groupName": {
@@ -482,7 +490,7 @@ def group_definition() -> dict[str, Any]:
                     "exponential": {
                         "type": "object",
                         "properties": {
-                            "initialSeconds": {**seconds, "default": 1},
+                            "initialSeconds": {**seconds, "minimum": 0.001, "default": 1},
                             "maxSeconds": {**seconds, "default": 7200},
                             "multiplier": {"type": "number", "minimum": 1, "maximum": 100, "default": 2},
                         },

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from msgstore.broker.retry_policy import DEFAULT_MAX, DEFAULT_NEXT
 from msgstore.client import StoreError
 from msgstore.store.metadata import group_error
 
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 KIND = "MessageStoreGroup"
 PLURAL = "messagestoregroups"
 MANAGED = "managedGroups"
-DEFAULT_MAX_DELIVERIES = 17  # RocketMQ's retryMaxTimes 16, plus the first delivery
+DEFAULT_MAX_DELIVERIES = DEFAULT_MAX + 1  # RocketMQ's retryMaxTimes 16, plus the first delivery
+DEFAULT_BACKOFF_S = tuple(ms / 1000 for ms in DEFAULT_NEXT)  # RocketMQ's retry levels from 10 s
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class GroupSpec:
     name: str
     fifo: bool
     max_deliveries: int
-    backoff_s: tuple[float, ...]  # customized (the last repeating); () with exponential or the default
+    backoff_s: tuple[float, ...]  # customized (the last repeating; RocketMQ's levels when none is named); () with exponential
     exponential: tuple[float, float, float] | None  # initial, max, multiplier (seconds)
 
 
@@ -61,6 +63,8 @@ def parse_group(body: Mapping[str, Any]) -> GroupSpec:
         if not 1 <= mult <= 100:
             raise SpecError("spec.retry.exponential.multiplier", f"must be between 1 and 100, got {mult}")
         exponential = (initial, top, mult)
+    if not backoff and exponential is None:
+        backoff = DEFAULT_BACKOFF_S  # no retry named: the default levels (a CLI change is put back too)
     return GroupSpec(name, bool(spec.get("fifo", False)), most, backoff, exponential)
 
 
@@ -75,9 +79,12 @@ def _matches(group: GroupSpec, policy: Any) -> bool:
             round(top * 1000),
             round(mult, 6),
         )
-    if group.backoff_s:
-        return list(policy.backoff_ms) == [round(x * 1000) for x in group.backoff_s]
-    return True  # (no backoff named: whatever the node has)
+    return not policy.exponential_initial_ms and list(policy.backoff_ms) == [round(x * 1000) for x in group.backoff_s]
+
+
+def _applied(body: dict[str, Any]) -> bool:
+    """The resource's spec was applied already (a difference now is drift, not its own edit)."""
+    return (body.get("status") or {}).get("observedGeneration") == body["metadata"].get("generation")
 
 
 class Groups(Declared):
@@ -130,13 +137,16 @@ class Groups(Declared):
         if group.name in wanted:
             self.status(body, "GroupTaken", f"spec.groupName: {group.name} is {KIND} {wanted[group.name]}'s")
             return None
-        nodes = len(client.nodes())
+        listed = client.nodes()
+        if not all(n.ready for n in listed):  # a node down (a roll): its settings are put when it is back
+            return group
+        nodes = len(listed)
         policies = [g.policy for _, g in client.describe_groups(group.name) if g.name == group.name and g.HasField("policy")]
         if len(policies) < nodes or not all(_matches(group, p) for p in policies):
             client.update_group(
                 group.name, max_deliveries=group.max_deliveries, backoff=group.backoff_s, exponential=group.exponential, fifo=group.fifo
             )
-            drift = len(policies) == nodes and (body.get("status") or {}).get("groupName") == group.name
+            drift = len(policies) == nodes and _applied(body) and (body.get("status") or {}).get("groupName") == group.name
             if drift:
                 self.event(body, "Warning", "GroupDrift", f"group {group.name} put back as the resource says (changed outside it)")
             else:

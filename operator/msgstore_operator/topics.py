@@ -18,9 +18,11 @@ from typing import Any
 
 import grpc
 
+from msgstore.broker.system_topics import is_store_topic
 from msgstore.client import StoreError
 
 from .declared import Declared
+from .groups import _applied
 from .pods import PodView
 from .spec import SpecError
 
@@ -31,6 +33,7 @@ PLURAL = "messagestoretopics"
 MANAGED = "managedTopics"  # MessageStore status: topic -> {"deleteWithData": bool}
 PERMISSIONS = {"ReadWrite": 6, "ReadOnly": 4, "WriteOnly": 2}
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+UNSPECIFIED = "UNSPECIFIED"  # what clears a topic's type (CreateTopic's "" leaves it)
 TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 
@@ -39,7 +42,7 @@ class TopicSpec:
     name: str
     queues: int  # 0: the store's defaultTopicQueueNums (at creation)
     perm: int
-    message_type: str
+    message_type: str  # "": unspecified (RocketMQ 5 clients may send every type)
     delete_with_data: bool
 
 
@@ -48,14 +51,16 @@ def parse_topic(body: Mapping[str, Any]) -> TopicSpec:
     name = spec.get("topicName") or meta["name"]
     if not TOPIC.match(name):
         raise SpecError("spec.topicName", f"{name[:80]!r}: 1-127 characters of A-Z a-z 0-9 _ - % |")
+    if is_store_topic(name):
+        raise SpecError("spec.topicName", f"{name} is the store's own (system, retry or dead-letter topic)")
     queues = int(spec.get("queues") or 0)
     if not 0 <= queues <= 1024:
         raise SpecError("spec.queues", f"must be between 1 and 1024, got {queues}")
     permission = str(spec.get("permission", "ReadWrite"))
     if permission not in PERMISSIONS:
         raise SpecError("spec.permission", f"ReadWrite, ReadOnly or WriteOnly, got {permission[:40]!r}")
-    message_type = str(spec.get("messageType", "NORMAL"))
-    if message_type not in MESSAGE_TYPES:
+    message_type = str(spec.get("messageType") or "")
+    if message_type and message_type not in MESSAGE_TYPES:
         raise SpecError("spec.messageType", f"one of {', '.join(MESSAGE_TYPES)}, got {message_type[:40]!r}")
     return TopicSpec(name, queues, PERMISSIONS[permission], message_type, bool(spec.get("deleteWithData", False)))
 
@@ -113,30 +118,28 @@ class Topics(Declared):
             return None
         have = [nodes[topic.name] for nodes in live.values() if topic.name in nodes]
         most = max((t.write_queue_nums for t in have), default=0)
-        if topic.queues and topic.queues < most:
-            self.status(
-                body,
-                "QueuesCannotShrink",
-                f"spec.queues: {topic.queues} is fewer than the topic's {most} (messages in the others would be stranded)",
-            )
-            return None
+        shrink = bool(topic.queues and topic.queues < most)
+        queues = 0 if shrink else topic.queues  # (refused below; its permission and type still apply)
         differs = len(have) < len(live) or any(
-            (topic.queues and t.write_queue_nums != topic.queues) or t.perm != topic.perm or t.message_type != topic.message_type
-            for t in have
+            (queues and t.write_queue_nums != queues) or (t.perm, t.message_type) != (topic.perm, topic.message_type) for t in have
         )
         if differs:
-            client.create_topic(topic.name, topic.queues, perm=topic.perm, message_type=topic.message_type)
-            drift = len(have) == len(live) and (body.get("status") or {}).get("topicName") == topic.name
-            if drift:
+            client.create_topic(topic.name, queues, perm=topic.perm, message_type=topic.message_type or UNSPECIFIED)
+            if len(have) == len(live) and _applied(body) and (body.get("status") or {}).get("topicName") == topic.name:
                 self.event(body, "Warning", "TopicDrift", f"topic {topic.name} put back as the resource says (changed outside it)")
             else:
                 self.event(body, "Normal", "TopicPut", f"topic {topic.name} made or updated on every node")
-        queues = topic.queues or most or None
-        self.status(body, "Ready", "", True, topicName=topic.name, **({"queues": queues} if queues else {}))
+        if shrink:
+            why = f"spec.queues: {topic.queues} is fewer than the topic's {most} (messages in the others would be stranded)"
+            self.status(body, "QueuesCannotShrink", why, topicName=topic.name)
+            return topic
+        count = topic.queues or most or None
+        self.status(body, "Ready", "", True, topicName=topic.name, **({"queues": count} if count else {}))
         return topic
 
     def _delete(self, client: Any, topic: str, with_data: bool) -> bool:
-        """Whether the operator is done with ``topic`` (deleted, or kept because it holds data)."""
+        """Whether the operator is done with ``topic`` (deleted everywhere, or kept because it
+        holds data somewhere: then it is deleted nowhere)."""
         try:
             client.delete_topic(topic, force=with_data)
         except StoreError as e:
@@ -145,8 +148,8 @@ class Topics(Declared):
                     (
                         "Warning",
                         "TopicKept",
-                        f"topic {topic} kept: its {KIND} is gone but it holds messages ({e.details}); "
-                        "set spec.deleteWithData: true before deleting the resource to drop them, or delete it with the CLI",
+                        f"topic {topic} kept: its {KIND} is gone but {e.details}; set spec.deleteWithData: true "
+                        "before deleting the resource to drop them, or delete it with the CLI",
                     )
                 )
                 return True

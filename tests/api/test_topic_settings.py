@@ -92,3 +92,41 @@ def test_the_cli_creates_changes_and_deletes_topics(server):
     out = json.loads(run("--json", "topics", "delete", "jobs", "--force", *s).stdout)
     assert out[0]["deleted"] is True
     assert run("topics", "delete", *s, check=False).returncode == 2
+
+
+def test_a_message_acknowledged_just_before_a_delete_is_counted(client):
+    """Appends to a topic being deleted are refused, those under way and everything in the log
+    are dispatched before the count: no acknowledged message is dropped without force."""
+    client.create_topic("busy", 1)
+    for i in range(50):
+        client.send("busy", b"m%d" % i)
+        if i % 10 == 9:  # (right after an acknowledgement, before dispatch may have run)
+            refused(lambda: client.delete_topic("busy"), grpc.StatusCode.FAILED_PRECONDITION, f"holds {i + 1} messages")
+
+
+def test_the_store_s_own_topics_are_not_deleted_and_read_only_topics_refuse_sends(client):
+    for topic in ("%RETRY%billing", "%DLQ%billing", "rmq_sys_REVIVE_LOG", "SCHEDULE_TOPIC_XXXX"):
+        refused(lambda t=topic: client.delete_topic(t), grpc.StatusCode.INVALID_ARGUMENT, "the store's own")
+    client.create_topic("archive", 1, perm=4)
+    e = refused(lambda: client.send("archive", b"x"), grpc.StatusCode.INVALID_ARGUMENT, "read only")
+    assert "archive" in e.details
+    client.create_topic("archive", perm=6)
+    assert client.send("archive", b"x").status == "PUT_OK"
+    client.create_topic("typed", 1, message_type="FIFO")
+    (info,) = client.create_topic("typed", message_type="UNSPECIFIED")  # (the attribute removed: every type)
+    assert info.message_type == ""
+
+
+def test_a_delete_over_several_nodes_is_all_or_nothing(cluster):
+    with Client(",".join(n.address for n in cluster), timeout=10) as c:
+        c.create_topic("spread", 1)
+        node = c.send("spread", b"held").node
+        e = refused(lambda: c.delete_topic("spread"), grpc.StatusCode.FAILED_PRECONDITION, f"{node} holds 1")
+        assert "force" in e.details
+        assert set(c.topic_infos()) == {"store-0", "store-1", "store-2"}
+        assert all("spread" in topics for topics in c.topic_infos().values())  # deleted nowhere
+        assert all(r.deleted for r in c.delete_topic("spread", force=True))
+        assert not any("spread" in topics for topics in c.topic_infos().values())
+        cluster[2].kill()
+        c.create_topic("half", 1)
+        refused(lambda: c.delete_topic("half"), grpc.StatusCode.UNAVAILABLE, "not deleted")

@@ -291,3 +291,34 @@ def test_the_asyncio_client_also_reads_from_a_follower_and_commits_to_the_new_ma
 
     bodies, committed = asyncio.run(scenario())
     assert bodies == [b"r%d" % i for i in range(30)] and committed == 15
+
+
+def test_a_deleted_topic_leaves_the_followers_too(groups):
+    """A follower drops a topic's queues once its master's metadata says it is gone (and it
+    holds the log up to where it was deleted); a topic of that name made again starts empty
+    there as on the master, and a delete sent to the follower itself is refused."""
+    from msgstore.v1 import msgstore_pb2 as pb
+
+    g = groups(2, follower=["slaveReadEnable=true"])
+    master, follower = g.members
+    c = g.client()
+    c.create_topic("gone", 1)
+    for i in range(3):
+        c.send("gone", b"old-%d" % i)
+    caught_up(c, follower, master)
+    cq_dir = os.path.join(follower.data_dir, "consumequeue", "gone")
+    wait_until(lambda: os.path.isdir(cq_dir), what="the follower's queue of the topic")
+    direct = Client(follower.address, timeout=10)
+    with pytest.raises(StoreError) as e:
+        direct._call(follower.address, "DeleteTopic", pb.DeleteTopicRequest(topic="gone", force=True))
+    assert e.value.code.name == "FAILED_PRECONDITION" and "follower" in e.value.details
+    assert all(r.deleted for r in c.delete_topic("gone", force=True))
+    wait_until(lambda: not os.path.exists(cq_dir), timeout=30, what="the follower to drop the topic's queues")
+    c.create_topic("gone", 1)
+    c.send("gone", b"new")
+    caught_up(c, follower, master)
+    req = pb.PullRequest(topic="gone", queue_id=0, offset=0, max_messages=10)
+    wait_until(
+        lambda: [m.body for m in direct._call(follower.address, "Pull", req).messages] == [b"new"], what="only the new message there"
+    )
+    direct.close()

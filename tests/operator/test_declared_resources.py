@@ -58,6 +58,8 @@ async def test_topics_from_resources(env):
 
     await patch(env, TOPICS, "orders", {"queues": 6})
     await env.until(lambda: set(settings("orders").values()) == {(6, 6, "FIFO")}, what="grown to 6 queues")
+    await env.until(lambda: env.events("TopicPut") and len(env.events("TopicPut")) >= 2, what="the edit applied")
+    assert len(env.events("TopicDrift")) == 1  # the resource's own edit is no drift
     await patch(env, TOPICS, "orders", {"queues": 2})
     await env.until(lambda: ready(env, TOPICS, "orders").get("reason") == "QueuesCannotShrink", what="the shrink refused")
     assert "spec.queues" in ready(env, TOPICS, "orders")["message"] and set(settings("orders").values()) == {(6, 6, "FIFO")}
@@ -111,7 +113,15 @@ async def test_groups_from_resources(env):
     await post(env, GROUPS, resource("MessageStoreGroup", "bad", retry={"backoffSeconds": [1], "exponential": {"initialSeconds": 1}}))
     await env.until(lambda: ready(env, GROUPS, "bad").get("reason") == "InvalidSpec", what="refused")
     assert "spec.retry" in ready(env, GROUPS, "bad")["message"]
+    # a resource naming no retry keeps RocketMQ's default levels: a backoff set with the CLI is put back
+    await post(env, GROUPS, resource("MessageStoreGroup", "plain"))
+    await env.until(lambda: ready(env, GROUPS, "plain").get("status") == "True", what="plain Ready")
+    default = policies("plain")
+    assert len(default) == 2 and default[0][2][:2] == [10000, 30000]
+    c.update_group("plain", backoff=[5])
+    await env.until(lambda: len(env.events("GroupDrift")) >= 2, what="the CLI's backoff seen as drift")
+    await env.until(lambda: policies("plain") == default, what="the default levels put back")
     await delete(env, GROUPS, "billing")
     await env.until(lambda: env.events("GroupDeleted"), what="GroupDeleted")
     assert all(not fifo and most != 3 for fifo, most, _ in policies("billing"))
-    await env.until(lambda: env.store()["status"].get("managedGroups") == [], what="nothing managed")
+    await env.until(lambda: env.store()["status"].get("managedGroups") == ["plain"], what="only plain managed")

@@ -14,9 +14,10 @@ from google.protobuf.message import DecodeError
 
 from .. import wire
 from ..acl.identity import CALLER, Denied
+from ..broker.system_topics import is_store_topic
 from ..record import codec
 from ..record.selector import Selector
-from ..store import GetStatus, PutStatus, TopicNotEmpty, Unavailable
+from ..store import GetStatus, PutStatus, StoreStateError, TopicNotEmpty, Unavailable
 from ..store.limits import ResourceLimit
 from ..store.metadata import MESSAGE_TYPES
 from ..store.results import GetResult, failed
@@ -612,8 +613,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         queues = v.check_range(request.queues, "queues", 0, 1024) or None
         if request.perm not in (0, 2, 4, 6):
             raise v.InvalidArgument("perm", f"6 (read and write), 4 (read only) or 2 (write only), got {request.perm}")
-        if request.message_type and request.message_type not in MESSAGE_TYPES:
-            raise v.InvalidArgument("message_type", f"one of {', '.join(MESSAGE_TYPES)}, got {request.message_type[:40]!r}")
+        if request.message_type and request.message_type not in (*MESSAGE_TYPES, "UNSPECIFIED"):
+            raise v.InvalidArgument("message_type", f"one of {', '.join(MESSAGE_TYPES)} or UNSPECIFIED, got {request.message_type[:40]!r}")
         try:
             return _topic_pb(self.store.create_topic(topic, queues, request.perm or None, request.message_type or None))
         except ResourceLimit as e:
@@ -623,12 +624,19 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context) -> pb.DeleteTopicResponse:
         await self._ready(context)
         topic = v.check_topic(request.topic)
+        if is_store_topic(topic):
+            raise v.InvalidArgument("topic", f"{topic} is the store's own (system, retry or dead-letter topic): it is not deleted")
+        if self.store.follower:  # a follower drops a topic's queues when its master's metadata says it is gone
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this node is a follower: delete topics on its group's master")
         try:
             deleted, held = await asyncio.get_running_loop().run_in_executor(
-                self.server.executor, self.store.delete_topic, topic, request.force
+                self.server.executor, lambda: self.store.delete_topic(topic, request.force, request.dry_run)
             )
         except TopicNotEmpty as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            raise
+        except StoreStateError as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             raise
         return pb.DeleteTopicResponse(deleted=deleted, messages=held)
 

@@ -373,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--message-type",
-        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
-        help="RocketMQ 5's message type (create; RocketMQ 5 clients are told it in their routes)",
+        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED", "UNSPECIFIED"],
+        help="RocketMQ 5's message type (create; RocketMQ 5 clients are told it in their routes; UNSPECIFIED removes it)",
     )
     s.add_argument("--force", action="store_true", help="delete even where the topic holds messages (they are dropped)")
     _connection_options(s)

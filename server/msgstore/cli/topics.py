@@ -22,7 +22,7 @@ def cmd_topics(args) -> int:
             _emit(args, rows, ["topic", "queues", "perm", "type"])
             return partial(skipped, "the topic was not created there: run the command again when it is back")
         if args.action == "delete":
-            done = c.delete_topic(args.name, force=args.force, skipped=skipped)
+            done = c.delete_topic(args.name, force=args.force)
             _emit(
                 args, [{"topic": args.name, "deleted": r.deleted, "messages": r.messages} for r in done], ["topic", "deleted", "messages"]
             )

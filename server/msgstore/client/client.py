@@ -738,12 +738,30 @@ class Client(PopCalls):
         self._routes.pop(topic, None)
         return out
 
-    def delete_topic(self, topic: str, *, force: bool = False, skipped: list[str] | None = None) -> list[pb.DeleteTopicResponse]:
-        """Delete the topic on every node; FAILED_PRECONDITION from a node where it holds
-        messages, unless ``force``."""
+    def delete_topic(self, topic: str, *, force: bool = False) -> list[pb.DeleteTopicResponse]:
+        """Delete the topic on every node (every replica group's master), or on none: without
+        ``force`` every node is asked first whether it holds messages of it (FAILED_PRECONDITION
+        naming them, nothing deleted), and a node that is down fails it (UNAVAILABLE: a topic
+        left there would come back)."""
         check_topic(topic)
-        req = pb.DeleteTopicRequest(topic=topic, force=force)
-        out = [r for _, r in self._each_node("", lambda n: self._call(n.address, "DeleteTopic", req, node=n.name), skipped)]
+
+        def each(dry_run: bool) -> list[tuple[Node, pb.DeleteTopicResponse]]:
+            skipped: list[str] = []
+            req = pb.DeleteTopicRequest(topic=topic, force=force, dry_run=dry_run)
+            out = self._each_node("", lambda n: self._call(n.address, "DeleteTopic", req, node=n.name), skipped)
+            if skipped:
+                raise StoreError(
+                    grpc.StatusCode.UNAVAILABLE, f"topic {topic} not deleted: {'; '.join(skipped)} (try again when it is back)"
+                )
+            return out
+
+        if not force:
+            holding = [f"{n.name} holds {r.messages}" for n, r in each(True) if r.messages]
+            if holding:
+                raise StoreError(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"topic {topic} not deleted: {', '.join(holding)} messages (delete with force)"
+                )
+        out = [r for _, r in each(False)]
         self._routes.pop(topic, None)
         return out
 

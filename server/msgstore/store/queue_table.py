@@ -250,6 +250,9 @@ class QueueTable:
             self._next.pop((topic, queue_id), None)
         cq.destroy()
         self.invalidate_state()  # a save whose snapshot raced with the drop (it still lists the queue) is not written
+        with self._dirty_lock:
+            self._dirty.discard(cq)
+            self.changes += 1  # a state without the queue is saved at the next pass (a replay from an older one would make it again)
         try:
             os.rmdir(os.path.join(self.layout.consumequeue_dir, topic))
         except OSError:

@@ -145,6 +145,8 @@ class MessageStore:
         self._config_lock = threading.Lock()
         self._inflight = 0
         self._inflight_cond = threading.Condition()
+        self._inflight_topics: dict[str, int] = {}  # appends under way, per topic (a topic's deletion waits for its own)
+        self._deleting: set[str] = set()  # topics being deleted: appends to them are refused meanwhile
         self._lock_fd: int | None = None
         self.limits = ResourceGuard(self.root, lambda: self.flags.disk_full)
         self._state_saved_changes = -1  # the queue table's change count at the last state save (-1: save once after the start)
@@ -606,10 +608,13 @@ class MessageStore:
                 out[name] = json.dumps(f.encode(), sort_keys=True)
         return out
 
-    def apply_metadata(self, snapshot: Mapping[str, str]) -> None:
+    def apply_metadata(self, snapshot: Mapping[str, str], master_end: int | None = None) -> None:
         """A follower takes its master's metadata files (and persists what changed). Consumer
         offsets are clamped to what this copy holds: after a failover a group must not be past
-        messages the new master then gives new offsets to (they would never be consumed)."""
+        messages the new master then gives new offsets to (they would never be consumed).
+        Topics the master deleted lose their queues here too once ``master_end`` (the master's
+        log end when it took the snapshot, which this copy holds) is dispatched."""
+        before = set(self.topics.topics)
         for name, f in self._followed_metadata():
             raw = snapshot.get(name)
             if not raw:
@@ -624,6 +629,11 @@ class MessageStore:
                 f.decode(json.loads(raw))
                 f.changed()
             f.persist()
+        removed = before - set(self.topics.topics)
+        if removed and master_end is not None:
+            dropped = self.drop_deleted_topics(removed, master_end)
+            if dropped:
+                log.info("dropped the queues of topics the master deleted: %s", ", ".join(dropped))
 
     def _apply_offsets(self, raw: str) -> None:
         offsets = ConsumerOffsets(self.layout.config_dir)
@@ -744,8 +754,10 @@ class MessageStore:
             raise ValueError("queues must be between 1 and 1024")
         if perm is not None and perm not in (PERM_READ | PERM_WRITE, PERM_READ, PERM_WRITE):
             raise ValueError(f"perm must be 6 (read and write), 4 (read only) or 2 (write only), got {perm}")
-        if message_type is not None and message_type and message_type not in MESSAGE_TYPES:
-            raise ValueError(f"message_type must be one of {', '.join(MESSAGE_TYPES)}, got {message_type[:40]!r}")
+        if message_type == "UNSPECIFIED":  # (RocketMQ's TopicMessageType.UNSPECIFIED: the attribute removed)
+            message_type = ""
+        elif message_type and message_type not in MESSAGE_TYPES:
+            raise ValueError(f"message_type must be one of {', '.join(MESSAGE_TYPES)} or UNSPECIFIED, got {message_type[:40]!r}")
         if existing is None or n > existing.write_queue_nums:
             self.limits.check_new_queues(topic, n - (existing.write_queue_nums if existing else 0))  # ResourceLimit
         want = existing if existing is not None else TopicConfig(topic, n, n)
@@ -767,17 +779,64 @@ class MessageStore:
                 held += max(0, cq.max_offset - cq.min_offset)
         return held
 
-    def delete_topic(self, topic: str, force: bool = False) -> tuple[bool, int]:
+    def delete_topic(self, topic: str, force: bool = False, dry_run: bool = False, wait_s: float = 10.0) -> tuple[bool, int]:
         """(deleted, messages held). Its entry, queues and the groups' offsets in it go; refused
-        (TopicNotEmpty) while it holds messages, unless ``force``."""
-        held = self.topic_messages(topic)
-        if held and not force:
-            raise TopicNotEmpty(topic, held)
-        gone = self.topics.delete(topic)
-        for qid in self.queues.queues_of(topic):
-            self.queues.drop(topic, qid)
-        self.offsets.drop_topic(topic)
+        (TopicNotEmpty) while it holds messages, unless ``force``; ``dry_run``: only count.
+
+        Appends to the topic are refused while it is deleted, those under way are waited for,
+        and everything in the commit log is dispatched before the count, so a message
+        acknowledged just before is counted (and dropped only with ``force``), and no unit of
+        the topic is dispatched into a queue after it was dropped (StoreStateError when the
+        dispatcher does not catch up within ``wait_s``)."""
+        with self._inflight_cond:
+            self._deleting.add(topic)
+        try:
+            with self._inflight_cond:
+                if not self._inflight_cond.wait_for(lambda: not self._inflight_topics.get(topic), timeout=wait_s):
+                    raise StoreStateError(f"topic {topic}: appends to it did not finish within {wait_s:g}s: try again")
+            if not self.dispatcher.wait_dispatched(self.commitlog.max_offset, wait_s):
+                raise StoreStateError(
+                    f"topic {topic}: the commit log is not all dispatched yet (behind by {self.dispatcher.behind_bytes} bytes): try again"
+                )
+            with self.dispatcher.paused():
+                held = self.topic_messages(topic)
+                if dry_run:
+                    return False, held
+                if held and not force:
+                    raise TopicNotEmpty(topic, held)
+                gone = self.topics.delete(topic)
+                for qid in self.queues.queues_of(topic):
+                    self.queues.drop(topic, qid)
+        finally:
+            with self._inflight_cond:
+                self._deleting.discard(topic)
+        self.drop_topic_offsets(topic)
+        self._state_saved_at = 0.0  # the queues' state without it, at the queue flusher's next pass
+        flusher = getattr(self, "cq_flusher", None)  # (none before start)
+        if flusher is not None:
+            flusher.wakeup()
         return gone, held
+
+    def drop_topic_offsets(self, topic: str) -> None:
+        """The groups' positions in a deleted topic, durable on return (a topic of the name made
+        later starts at 0: an old position would skip its messages)."""
+        self.offsets.drop_topic(topic)
+        self.offsets.persist()
+
+    def drop_deleted_topics(self, topics: set[str], master_end: int, wait_s: float = 10.0) -> list[str]:
+        """A follower: drop the queues of topics its master deleted, once its own copy of the log
+        is dispatched up to the master's end (where every unit of them lies)."""
+        if not self.dispatcher.wait_dispatched(master_end, wait_s):
+            return []
+        dropped = []
+        with self.dispatcher.paused():
+            for topic in sorted(topics):
+                if self.topics.get(topic) is not None:  # made again meanwhile
+                    continue
+                for qid in self.queues.queues_of(topic):
+                    self.queues.drop(topic, qid)
+                dropped.append(topic)
+        return dropped
 
     def topic_list(self) -> list[TopicConfig]:
         return sorted(self.topics.topics.values(), key=lambda t: t.name)
@@ -813,6 +872,8 @@ class MessageStore:
             return failed(PutStatus.MESSAGE_ILLEGAL, err)
         if count == 0:
             return failed(PutStatus.MESSAGE_ILLEGAL, "a batch needs at least one message")
+        if topic in self._deleting:
+            return failed(PutStatus.MESSAGE_ILLEGAL, f"topic {topic} is being deleted")
         tc = self.topics.get(topic)
         if tc is None:
             if not self.config.autoCreateTopicEnable:
@@ -821,6 +882,8 @@ class MessageStore:
                 tc = self.create_topic(topic)
             except ResourceLimit as e:
                 return failed(PutStatus.SERVICE_NOT_AVAILABLE, str(e), Unavailable.RESOURCE_LIMIT)
+        if not tc.perm & PERM_WRITE:
+            return failed(PutStatus.MESSAGE_ILLEGAL, f"topic {topic} is read only (perm {tc.perm}): sending to it is forbidden")
         if not 0 <= queue_id < tc.write_queue_nums:
             return failed(PutStatus.MESSAGE_ILLEGAL, f"queue id {queue_id} is out of range: topic {topic} has {tc.write_queue_nums} queues")
         return None
@@ -834,14 +897,21 @@ class MessageStore:
         refusal = self._write_refusal()
         if refusal is not None:
             return failed(PutStatus.SERVICE_NOT_AVAILABLE, self.flags.text(refusal), refusal)
+        topic = batch.topic
         with self._inflight_cond:
+            if topic in self._deleting:
+                return failed(PutStatus.MESSAGE_ILLEGAL, f"topic {topic} is being deleted")
             self._inflight += 1
+            self._inflight_topics[topic] = self._inflight_topics.get(topic, 0) + 1
         try:
             result = self._append(batch, defer_flush)
         finally:
             with self._inflight_cond:
                 self._inflight -= 1
-                if self._inflight == 0:
+                left = self._inflight_topics.pop(topic) - 1
+                if left:
+                    self._inflight_topics[topic] = left
+                if self._inflight == 0 or (not left and self._deleting):
                     self._inflight_cond.notify_all()
         if result.status.stored:
             self.stats["put_messages"] += len(batch)

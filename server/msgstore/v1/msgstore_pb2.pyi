@@ -554,12 +554,14 @@ class CreateTopicRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., queues: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class DeleteTopicRequest(_message.Message):
-    __slots__ = ("topic", "force")
+    __slots__ = ("topic", "force", "dry_run")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     topic: str
     force: bool
-    def __init__(self, topic: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., force: _Optional[bool] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class DeleteTopicResponse(_message.Message):
     __slots__ = ("deleted", "messages")

@@ -297,7 +297,8 @@ class MessagingService:
         tc = self.store.topics.get(topic)
         if tc is None:
             return d.READ_WRITE, ALL_TYPES
-        permission = {6: d.READ_WRITE, 4: d.READ, 2: d.WRITE}.get(tc.perm, d.READ_WRITE)
+        readable, writable = bool(tc.perm & 4), bool(tc.perm & 2)  # (RocketMQ's PermName bits; 1 is "inherit")
+        permission = d.READ_WRITE if readable and writable else d.READ if readable else d.WRITE if writable else d.NONE
         one = {"NORMAL": d.NORMAL, "FIFO": d.FIFO, "DELAY": d.DELAY, "TRANSACTION": d.TRANSACTION}.get(tc.message_type)
         return permission, (one,) if one is not None else ALL_TYPES
 
