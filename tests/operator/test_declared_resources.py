@@ -28,10 +28,12 @@ def ready(env, plural: str, name: str) -> dict:
 
 
 async def patch(env, plural: str, name: str, spec: dict) -> None:
+    """As kubectl patch: the generation moves with the spec (the API server's part; kmock's not)."""
     group_version, kind = plural.rsplit("/", 1)
+    generation = int((env.obj(plural, name) or {}).get("metadata", {}).get("generation") or 1)
     async with env.http.patch(
         f"{env.url}/apis/{group_version}/namespaces/{NS}/{kind}/{name}",
-        json={"spec": spec},
+        json={"metadata": {"generation": generation + 1}, "spec": spec},
         headers={"Content-Type": "application/merge-patch+json"},
     ) as r:
         r.raise_for_status()

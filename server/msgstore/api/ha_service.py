@@ -120,6 +120,7 @@ class ReplicationPlane:
             users_json=snap["users"],
             master_end=self.server.store.commitlog.max_offset,
             broker_state=broker_state,
+            deleted_topics=dict(self.server.store.deleted_topics),
         )
 
 

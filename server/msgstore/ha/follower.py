@@ -217,14 +217,11 @@ class Follower:
                     "groups": md.subscription_groups_json,
                     "users": md.users_json,
                 }
-                holds = await self._holds(md.master_end)
-                if not holds:
+                if not await self._holds(md.master_end):
                     # positions past checkpoints (pop) this copy has not received yet would, after a
-                    # failover, skip messages nobody acknowledged; a topic deleted there would lose its
-                    # queues here before units of it still on their way (made again): the next snapshot
+                    # failover, skip messages nobody acknowledged: the next snapshot brings them
                     snapshot.pop("offsets")
-                    snapshot.pop("topics")
-                await loop.run_in_executor(None, r.store.apply_metadata, snapshot, md.master_end if holds else None)
+                await loop.run_in_executor(None, r.store.apply_metadata, snapshot, dict(md.deleted_topics))
                 if md.broker_state:
                     await loop.run_in_executor(
                         None, copy_broker_files, r.store.layout.config_dir, dict(md.broker_state), r.store.commitlog.max_offset

@@ -99,6 +99,9 @@ class StoreStateError(RuntimeError):
     """The store is not running (recovering, shutting down or shut down)."""
 
 
+RECENT_DELETIONS = 1000  # topic deletions a master tells its followers about
+
+
 class TopicNotEmpty(RuntimeError):
     """A topic to delete still holds messages (delete it with force, or let them expire)."""
 
@@ -147,6 +150,7 @@ class MessageStore:
         self._inflight_cond = threading.Condition()
         self._inflight_topics: dict[str, int] = {}  # appends under way, per topic (a topic's deletion waits for its own)
         self._deleting: set[str] = set()  # topics being deleted: appends to them are refused meanwhile
+        self.deleted_topics: dict[str, int] = {}  # topics deleted here lately -> the log end then (followers drop them too)
         self._lock_fd: int | None = None
         self.limits = ResourceGuard(self.root, lambda: self.flags.disk_full)
         self._state_saved_changes = -1  # the queue table's change count at the last state save (-1: save once after the start)
@@ -608,13 +612,11 @@ class MessageStore:
                 out[name] = json.dumps(f.encode(), sort_keys=True)
         return out
 
-    def apply_metadata(self, snapshot: Mapping[str, str], master_end: int | None = None) -> None:
+    def apply_metadata(self, snapshot: Mapping[str, str], deleted: Mapping[str, int] | None = None) -> None:
         """A follower takes its master's metadata files (and persists what changed). Consumer
         offsets are clamped to what this copy holds: after a failover a group must not be past
         messages the new master then gives new offsets to (they would never be consumed).
-        Topics the master deleted lose their queues here too once ``master_end`` (the master's
-        log end when it took the snapshot, which this copy holds) is dispatched."""
-        before = set(self.topics.topics)
+        Topics the master deleted (``deleted``) lose their queues here too (drop_deleted_topics)."""
         for name, f in self._followed_metadata():
             raw = snapshot.get(name)
             if not raw:
@@ -629,9 +631,8 @@ class MessageStore:
                 f.decode(json.loads(raw))
                 f.changed()
             f.persist()
-        removed = before - set(self.topics.topics)
-        if removed and master_end is not None:
-            dropped = self.drop_deleted_topics(removed, master_end)
+        if deleted:
+            dropped = self.drop_deleted_topics(deleted)
             if dropped:
                 log.info("dropped the queues of topics the master deleted: %s", ", ".join(dropped))
 
@@ -807,6 +808,9 @@ class MessageStore:
                 gone = self.topics.delete(topic)
                 for qid in self.queues.queues_of(topic):
                     self.queues.drop(topic, qid)
+                self.deleted_topics[topic] = self.commitlog.max_offset  # (for followers: RECENT_DELETIONS kept)
+                while len(self.deleted_topics) > RECENT_DELETIONS:
+                    del self.deleted_topics[next(iter(self.deleted_topics))]
         finally:
             with self._inflight_cond:
                 self._deleting.discard(topic)
@@ -823,20 +827,25 @@ class MessageStore:
         self.offsets.drop_topic(topic)
         self.offsets.persist()
 
-    def drop_deleted_topics(self, topics: set[str], master_end: int, wait_s: float = 10.0) -> list[str]:
-        """A follower: drop the queues of topics its master deleted, once its own copy of the log
-        is dispatched up to the master's end (where every unit of them lies)."""
-        if not self.dispatcher.wait_dispatched(master_end, wait_s):
+    def drop_deleted_topics(self, deleted: Mapping[str, int]) -> list[str]:
+        """A follower: drop the queues of topics its master deleted (topic → the master's log end
+        when it did: every unit of the topic lies below) once its own dispatch has passed that
+        end, and only queues holding nothing from past it (a topic made again since keeps its
+        queues: their old units are then served until they expire, as the master's are not)."""
+        due = []
+        for topic, end in deleted.items():
+            if self.dispatcher.reput_from < end or self.topics.get(topic) is not None:
+                continue
+            queues = [self.queues.get(topic, qid) for qid in self.queues.queues_of(topic)]
+            if queues and all(cq is not None and cq.max_phy_offset <= end for cq in queues):
+                due.append(topic)
+        if not due:
             return []
-        dropped = []
         with self.dispatcher.paused():
-            for topic in sorted(topics):
-                if self.topics.get(topic) is not None:  # made again meanwhile
-                    continue
+            for topic in sorted(due):
                 for qid in self.queues.queues_of(topic):
                     self.queues.drop(topic, qid)
-                dropped.append(topic)
-        return dropped
+        return sorted(due)
 
     def topic_list(self) -> list[TopicConfig]:
         return sorted(self.topics.topics.values(), key=lambda t: t.name)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14msgstore/v1/ha.proto\x12\x0bmsgstore.v1\"1\n\nEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"\xbf\x01\n\x0e\x46ollowerReport\x12\x11\n\thandshake\x18\x01 \x01(\x08\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\'\n\x06\x65pochs\x18\x05 \x03(\x0b\x32\x17.msgstore.v1.EpochEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x06 \x01(\t\x12\x14\n\x0c\x65\x63ho_sent_us\x18\x07 \x01(\x03\x12\x17\n\x0f\x65\x63ho_master_end\x18\x08 \x01(\x03\".\n\rReplicaMember\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xae\x02\n\x0bMasterChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nmaster_end\x18\x03 \x01(\x03\x12\'\n\x06\x65pochs\x18\x04 \x03(\x0b\x32\x17.msgstore.v1.EpochEntry\x12\x13\n\x0btruncate_to\x18\x05 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x06 \x01(\x03\x12\x0f\n\x07sent_us\x18\x07 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x08 \x01(\x03\x12\r\n\x05state\x18\t \x01(\x08\x12\x0c\n\x04mode\x18\n \x01(\t\x12\x16\n\x0esync_state_set\x18\x0b \x03(\t\x12+\n\x07members\x18\x0c \x03(\x0b\x32\x1a.msgstore.v1.ReplicaMember\x12\x0e\n\x06\x66\x65nced\x18\r \x01(\t\"\x14\n\x12GetMetadataRequest\"\xfa\x01\n\x08Metadata\x12\x13\n\x0btopics_json\x18\x01 \x01(\t\x12\x1d\n\x15\x63onsumer_offsets_json\x18\x02 \x01(\t\x12 \n\x18subscription_groups_json\x18\x03 \x01(\t\x12\x12\n\nmaster_end\x18\x04 \x01(\x03\x12<\n\x0c\x62roker_state\x18\x05 \x03(\x0b\x32&.msgstore.v1.Metadata.BrokerStateEntry\x12\x12\n\nusers_json\x18\x06 \x01(\t\x1a\x32\n\x10\x42rokerStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32\x99\x01\n\x0bReplication\x12\x43\n\x06\x46ollow\x12\x1b.msgstore.v1.FollowerReport\x1a\x18.msgstore.v1.MasterChunk(\x01\x30\x01\x12\x45\n\x0bGetMetadata\x12\x1f.msgstore.v1.GetMetadataRequest\x1a\x15.msgstore.v1.Metadatab\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14msgstore/v1/ha.proto\x12\x0bmsgstore.v1\"1\n\nEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"\xbf\x01\n\x0e\x46ollowerReport\x12\x11\n\thandshake\x18\x01 \x01(\x08\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\'\n\x06\x65pochs\x18\x05 \x03(\x0b\x32\x17.msgstore.v1.EpochEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x06 \x01(\t\x12\x14\n\x0c\x65\x63ho_sent_us\x18\x07 \x01(\x03\x12\x17\n\x0f\x65\x63ho_master_end\x18\x08 \x01(\x03\".\n\rReplicaMember\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xae\x02\n\x0bMasterChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nmaster_end\x18\x03 \x01(\x03\x12\'\n\x06\x65pochs\x18\x04 \x03(\x0b\x32\x17.msgstore.v1.EpochEntry\x12\x13\n\x0btruncate_to\x18\x05 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x06 \x01(\x03\x12\x0f\n\x07sent_us\x18\x07 \x01(\x03\x12\x16\n\x0e\x63onfirm_offset\x18\x08 \x01(\x03\x12\r\n\x05state\x18\t \x01(\x08\x12\x0c\n\x04mode\x18\n \x01(\t\x12\x16\n\x0esync_state_set\x18\x0b \x03(\t\x12+\n\x07members\x18\x0c \x03(\x0b\x32\x1a.msgstore.v1.ReplicaMember\x12\x0e\n\x06\x66\x65nced\x18\r \x01(\t\"\x14\n\x12GetMetadataRequest\"\xf2\x02\n\x08Metadata\x12\x13\n\x0btopics_json\x18\x01 \x01(\t\x12\x1d\n\x15\x63onsumer_offsets_json\x18\x02 \x01(\t\x12 \n\x18subscription_groups_json\x18\x03 \x01(\t\x12\x12\n\nmaster_end\x18\x04 \x01(\x03\x12<\n\x0c\x62roker_state\x18\x05 \x03(\x0b\x32&.msgstore.v1.Metadata.BrokerStateEntry\x12\x12\n\nusers_json\x18\x06 \x01(\t\x12@\n\x0e\x64\x65leted_topics\x18\x07 \x03(\x0b\x32(.msgstore.v1.Metadata.DeletedTopicsEntry\x1a\x32\n\x10\x42rokerStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x34\n\x12\x44\x65letedTopicsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x99\x01\n\x0bReplication\x12\x43\n\x06\x46ollow\x12\x1b.msgstore.v1.FollowerReport\x1a\x18.msgstore.v1.MasterChunk(\x01\x30\x01\x12\x45\n\x0bGetMetadata\x12\x1f.msgstore.v1.GetMetadataRequest\x1a\x15.msgstore.v1.Metadatab\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_METADATA_BROKERSTATEENTRY']._loaded_options = None
   _globals['_METADATA_BROKERSTATEENTRY']._serialized_options = b'8\001'
+  _globals['_METADATA_DELETEDTOPICSENTRY']._loaded_options = None
+  _globals['_METADATA_DELETEDTOPICSENTRY']._serialized_options = b'8\001'
   _globals['_EPOCHENTRY']._serialized_start=37
   _globals['_EPOCHENTRY']._serialized_end=86
   _globals['_FOLLOWERREPORT']._serialized_start=89
@@ -44,9 +46,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETMETADATAREQUEST']._serialized_start=635
   _globals['_GETMETADATAREQUEST']._serialized_end=655
   _globals['_METADATA']._serialized_start=658
-  _globals['_METADATA']._serialized_end=908
-  _globals['_METADATA_BROKERSTATEENTRY']._serialized_start=858
-  _globals['_METADATA_BROKERSTATEENTRY']._serialized_end=908
-  _globals['_REPLICATION']._serialized_start=911
-  _globals['_REPLICATION']._serialized_end=1064
+  _globals['_METADATA']._serialized_end=1028
+  _globals['_METADATA_BROKERSTATEENTRY']._serialized_start=924
+  _globals['_METADATA_BROKERSTATEENTRY']._serialized_end=974
+  _globals['_METADATA_DELETEDTOPICSENTRY']._serialized_start=976
+  _globals['_METADATA_DELETEDTOPICSENTRY']._serialized_end=1028
+  _globals['_REPLICATION']._serialized_start=1031
+  _globals['_REPLICATION']._serialized_end=1184
 # @@protoc_insertion_point(module_scope)

@@ -77,7 +77,7 @@ class GetMetadataRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Metadata(_message.Message):
-    __slots__ = ("topics_json", "consumer_offsets_json", "subscription_groups_json", "master_end", "broker_state", "users_json")
+    __slots__ = ("topics_json", "consumer_offsets_json", "subscription_groups_json", "master_end", "broker_state", "users_json", "deleted_topics")
     class BrokerStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -85,16 +85,25 @@ class Metadata(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class DeletedTopicsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     TOPICS_JSON_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_OFFSETS_JSON_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_GROUPS_JSON_FIELD_NUMBER: _ClassVar[int]
     MASTER_END_FIELD_NUMBER: _ClassVar[int]
     BROKER_STATE_FIELD_NUMBER: _ClassVar[int]
     USERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     topics_json: str
     consumer_offsets_json: str
     subscription_groups_json: str
     master_end: int
     broker_state: _containers.ScalarMap[str, str]
     users_json: str
-    def __init__(self, topics_json: _Optional[str] = ..., consumer_offsets_json: _Optional[str] = ..., subscription_groups_json: _Optional[str] = ..., master_end: _Optional[int] = ..., broker_state: _Optional[_Mapping[str, str]] = ..., users_json: _Optional[str] = ...) -> None: ...
+    deleted_topics: _containers.ScalarMap[str, int]
+    def __init__(self, topics_json: _Optional[str] = ..., consumer_offsets_json: _Optional[str] = ..., subscription_groups_json: _Optional[str] = ..., master_end: _Optional[int] = ..., broker_state: _Optional[_Mapping[str, str]] = ..., users_json: _Optional[str] = ..., deleted_topics: _Optional[_Mapping[str, int]] = ...) -> None: ...
