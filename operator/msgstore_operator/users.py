@@ -108,6 +108,8 @@ class Users(Declared):
             return
         with self.client(addresses) as client:
             try:  # every replica group's master keeps its own users: each is compared and corrected
+                if not all(n.ready for n in client.nodes()):  # a group without its master (a roll): next pass
+                    return
                 live = {m: {u.access_key: u for u in client.admin(m).users()} for m in client.group_masters()}
             except StoreError as e:
                 for body in resources:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -25,10 +27,25 @@ SMALL_STORE = [
 ]
 
 
+# Ports handed out below the kernel's ephemeral range (32768-60999 here): a port the kernel
+# picked for us from that range could be taken, before the server binds it, as the source port
+# of any outgoing connection (a CI run lost a campaign to that). Shuffled once per run and taken
+# in turn, each checked free when handed out.
+_POOL = itertools.cycle(random.Random(os.getpid()).sample(range(12000, 16000), 4000))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    for _ in range(4000):
+        port = next(_POOL)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # (all taken: what the kernel gives)
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, what: str | Callable[[], str] = "condition"):
