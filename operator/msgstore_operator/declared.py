@@ -8,6 +8,7 @@ Events, and what the operator made on the store is remembered in the MessageStor
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from typing import Any
 
 from msgstore.client import Client
@@ -57,6 +58,35 @@ class Declared:
                 self.status(body, "StoreUnavailable", problem)
             return None
         return addresses
+
+    def claimed(
+        self,
+        resources: list[dict[str, Any]],
+        managed: Collection[str],
+        status_key: str,
+        one: Callable[[dict[str, Any], dict[str, str]], str | None],
+    ) -> dict[str, str]:
+        """Key on the store (an access key, a topic, a group) -> the resource that holds it:
+        ``one(body, held so far)`` applies a resource and says its key, or None when it is
+        refused; a refused resource keeps the key it was last applied under (``status_key`` of
+        its status) when the operator made that one, so nothing is taken off the store for a
+        bad edit and no other resource takes the key meanwhile. One resource's exception is its
+        own status (``Failed``), never the store's pass."""
+        held: dict[str, str] = {}
+        for body in resources:
+            name = body["metadata"]["name"]
+            previous = (body.get("status") or {}).get(status_key)
+            try:
+                key = one(body, held)
+            except Exception as e:
+                log.exception("%s %s", self.KIND, name)
+                self.status(body, "Failed", f"{type(e).__name__}: {e}")
+                key = None
+            if key:
+                held[key] = name
+            elif previous in managed and previous not in held:
+                held[previous] = name
+        return held
 
     def status(self, body: dict[str, Any], reason: str, message: str, ready: bool = False, **fields: Any) -> None:
         """The resource's Ready condition and ``fields``; a Warning Event when it turns not ready."""

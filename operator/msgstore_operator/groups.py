@@ -7,7 +7,6 @@ named by no resource are left alone.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +18,6 @@ from msgstore.store.metadata import group_error
 from .declared import Declared
 from .pods import PodView
 from .spec import SpecError
-
-log = logging.getLogger(__name__)
 
 KIND = "MessageStoreGroup"
 PLURAL = "messagestoregroups"
@@ -101,24 +98,7 @@ class Groups(Declared):
         if addresses is None:
             return
         with self.client(addresses) as client:
-            wanted: dict[str, str] = {}
-            for body in resources:
-                name = body["metadata"]["name"]
-                previous = (body.get("status") or {}).get("groupName")
-                try:
-                    group = self._one(client, body, wanted)
-                except StoreError as e:
-                    self.status(body, "StoreUnavailable", f"{e.code.name}: {e.details}")
-                    group = None
-                except Exception as e:  # one resource's trouble is its own status, never the store's pass
-                    log.exception("%s %s", KIND, name)
-                    self.status(body, "Failed", f"{type(e).__name__}: {e}")
-                    group = None
-                if group is not None:
-                    wanted[group.name] = name
-                elif previous in managed and previous not in wanted:
-                    wanted[previous] = name  # a refused edit leaves the group as last applied
-            kept = set(wanted)
+            kept = set(self.claimed(resources, managed, "groupName", lambda b, held: self._one(client, b, held)))
             for gone in sorted(managed - kept):
                 try:
                     client.delete_group(gone)
@@ -128,7 +108,16 @@ class Groups(Declared):
                     self.events.append(("Warning", "GroupDeleteFailed", f"group {gone}: {e.code.name}: {e.details}"))
         status[MANAGED] = sorted(kept)
 
-    def _one(self, client: Any, body: dict[str, Any], wanted: dict[str, str]) -> GroupSpec | None:
+    def _one(self, client: Any, body: dict[str, Any], wanted: dict[str, str]) -> str | None:
+        """The group's name once it is applied (or waits for a node), else None."""
+        try:
+            group = self._apply(client, body, wanted)
+        except StoreError as e:
+            self.status(body, "StoreUnavailable", f"{e.code.name}: {e.details}")
+            return None
+        return group.name if group is not None else None
+
+    def _apply(self, client: Any, body: dict[str, Any], wanted: dict[str, str]) -> GroupSpec | None:
         try:
             group = parse_group(body)
         except SpecError as e:

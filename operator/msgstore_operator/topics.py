@@ -10,7 +10,6 @@ managing it. Queues never shrink (messages in the removed queues would be strand
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,8 +24,6 @@ from .declared import Declared
 from .groups import _applied
 from .pods import PodView
 from .spec import SpecError
-
-log = logging.getLogger(__name__)
 
 KIND = "MessageStoreTopic"
 PLURAL = "messagestoretopics"
@@ -85,23 +82,17 @@ class Topics(Declared):
                 for body in resources:
                     self.status(body, "StoreUnavailable", f"listing the store's topics failed: {e.code.name}: {e.details}")
                 return
-            wanted: dict[str, str] = {}
-            kept: dict[str, Any] = {}
-            for body in resources:
-                name = body["metadata"]["name"]
-                previous = (body.get("status") or {}).get("topicName")
-                try:
-                    topic = self._one(client, body, live, wanted)
-                except Exception as e:  # one resource's trouble is its own status, never the store's pass
-                    log.exception("%s %s", KIND, name)
-                    self.status(body, "Failed", f"{type(e).__name__}: {e}")
-                    topic = None
-                if topic is not None:
-                    wanted[topic.name] = name
-                    kept[topic.name] = {"deleteWithData": topic.delete_with_data}
-                elif previous in managed and previous not in wanted:
-                    wanted[previous] = name  # a refused edit leaves the topic as last applied
-                    kept[previous] = managed[previous]
+            with_data: dict[str, bool] = {}  # deleteWithData of the resources applied now
+
+            def one(body: dict[str, Any], held: dict[str, str]) -> str | None:
+                topic = self._one(client, body, live, held)
+                if topic is None:
+                    return None
+                with_data[topic.name] = topic.delete_with_data
+                return topic.name
+
+            held = self.claimed(resources, managed, "topicName", one)
+            kept = {t: {"deleteWithData": with_data[t]} if t in with_data else managed[t] for t in held}
             for gone in sorted(set(managed) - set(kept)):
                 if not self._delete(client, gone, bool((managed[gone] or {}).get("deleteWithData"))):
                     kept[gone] = managed[gone]  # tried again next pass

@@ -14,7 +14,6 @@ next pass (its event pokes it).
 from __future__ import annotations
 
 import base64
-import logging
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ from .declared import Declared
 from .kube import Kube, NotFound
 from .pods import PodView
 from .spec import API_VERSION, Spec, SpecError
-
-log = logging.getLogger(__name__)
 
 KIND = "MessageStoreUser"
 PLURAL = "messagestoreusers"
@@ -115,22 +112,11 @@ class Users(Declared):
                 for body in resources:
                     self.status(body, "StoreUnavailable", f"listing the store's users failed: {e.code.name}: {e.details}")
                 return
-            wanted: dict[str, str] = {}
-            kept: set[str] = set()
-            for body in sorted(resources, key=_precedence):
-                previous = (body.get("status") or {}).get("accessKey")
-                try:
-                    key = self._one(client, body, live, wanted, managed)
-                except Exception as e:  # one resource's trouble is its own status, never the store's pass
-                    log.exception("MessageStoreUser %s", body["metadata"]["name"])
-                    self._say(body, None, "Failed", f"{type(e).__name__}: {e}")
-                    key = None
-                if key:
-                    wanted[key] = body["metadata"]["name"]
-                    kept.add(key)
-                elif previous in managed and previous not in wanted:
-                    wanted[previous] = body["metadata"]["name"]  # a refused edit leaves the user as last applied, and its
-                    kept.add(previous)  # key the resource's (no other resource takes it meanwhile)
+            kept = set(
+                self.claimed(
+                    sorted(resources, key=_precedence), managed, "accessKey", lambda b, held: self._one(client, b, live, held, managed)
+                )
+            )
             for key in sorted(managed - kept):
                 try:
                     client.delete_user(key)
