@@ -388,6 +388,7 @@ class Member:
         if self.metrics is not None:
             self.metrics.watch_broker(weakref.ref(self.broker))
             self.metrics.watch_long_polls(self.waiters)
+            self.metrics.watch_replication(weakref.ref(self))
         self.store.add_arrival_listener(self.waiters.on_arrival)
         if self.metrics is not None:
             self.store.flush_observers.append(self.metrics.flush_latency.observe)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -31,6 +33,10 @@ class Metrics:
     def watch_broker(self, broker_ref) -> None:
         """Gauges of the delay, timer and pop services (issue 22)."""
         self.registry.register(_BrokerCollector(broker_ref))
+
+    def watch_replication(self, server_ref) -> None:
+        """Role, epoch, in-sync set and lag of a replica group member (read at scrape time)."""
+        self.registry.register(_ReplicaCollector(server_ref))
 
     def watch_long_polls(self, waiters) -> None:
         """How many pulls and receives are parked waiting for messages (read at scrape time)."""
@@ -70,6 +76,19 @@ class _StoreCollector:
         yield gauge("msgstore_recovery_duration_seconds", "Duration of the last recovery", rec["duration_ms"] / 1000)
         yield gauge("msgstore_recovery_abnormal", "1 when the last start recovered from a crash", 1 if rec["mode"] == "abnormal" else 0)
         yield gauge("msgstore_config_generation", "Generation of the applied configuration", st["config_generation"])
+        cfg = store.config
+        ratios = GaugeMetricFamily(
+            "msgstore_disk_ratio_setting",
+            "The configured disk usage ratios (clean: cleanup runs; force: unexpired segments go; warning: writes are refused)",
+            labels=["level"],
+        )
+        for level, key in (
+            ("clean", "diskMaxUsedSpaceRatio"),
+            ("force", "diskSpaceCleanForciblyRatio"),
+            ("warning", "diskSpaceWarningLevelRatio"),
+        ):
+            ratios.add_metric([level], float(getattr(cfg, key)) / 100)
+        yield ratios
         if st["state"] != "running":
             return
         commits = store.group_commits()
@@ -84,6 +103,13 @@ class _StoreCollector:
         yield gauge("msgstore_commitlog_max_offset", "End of the commit log", st["max_phy_offset"])
         yield gauge("msgstore_commitlog_flushed_offset", "End of what is on disk", st["flushed_phy_offset"])
         yield gauge("msgstore_dispatch_behind_bytes", "Commit-log bytes not yet in consume queues", st["dispatch_behind_bytes"])
+        # RocketMQ 5's names for the same figures (its dashboards and alerts read these)
+        yield gauge("rocketmq_storage_dispatch_behind_bytes", "Commit-log bytes not yet dispatched", st["dispatch_behind_bytes"])
+        yield gauge(
+            "rocketmq_storage_flush_behind_bytes",
+            "Commit-log bytes not yet flushed",
+            max(0, st["max_phy_offset"] - st["flushed_phy_offset"]),
+        )
         yield gauge("msgstore_commitlog_segments", "Commit-log segment files", st["commitlog_segments"])
         queues = store.consume_queues()
         yield gauge("msgstore_consume_queues", "Consume queues on this node", len(queues))
@@ -104,6 +130,36 @@ class _StoreCollector:
             for topic, n in held.items():
                 per_topic.add_metric([topic], n)
             yield per_topic
+        yield from _topic_and_group_figures(store, queues)
+
+
+def _topic_and_group_figures(store, queues) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """RocketMQ 5's per-topic and per-group figures, from the queues' offsets at scrape time
+    (nothing counted on the put path). Messages in per topic is the sum of its queues' max
+    offsets: offsets only grow, so it behaves as a counter (a deleted topic resets it, as a
+    restart resets any counter). Per group, out is the sum of its committed offsets and ready
+    is its lag (max offset minus committed): RocketMQ splits our lag into ready and in flight
+    using its last pull offset, which a pull-based store does not keep per group."""
+    in_total: dict[str, int] = {}
+    for cq in queues:
+        in_total[cq.topic] = in_total.get(cq.topic, 0) + cq.max_offset
+    msgs_in = CounterMetricFamily("rocketmq_messages_in_total", "Messages stored per topic", labels=["topic"])
+    for topic, n in sorted(in_total.items()):
+        msgs_in.add_metric([topic], n)
+    yield msgs_in
+    out = CounterMetricFamily(
+        "rocketmq_messages_out_total", "Messages consumed per topic and group (committed offsets)", labels=["topic", "consumer_group"]
+    )
+    ready = GaugeMetricFamily(
+        "rocketmq_consumer_ready_messages", "Messages not yet consumed by the group (its lag)", labels=["topic", "consumer_group"]
+    )
+    for group, topics in sorted(store.committed_groups().items()):
+        for topic in sorted(topics):
+            progress = store.group_progress(group, topic)
+            out.add_metric([topic, group], sum(max(0, p.committed) for p in progress))
+            ready.add_metric([topic, group], sum(p.lag for p in progress))
+    yield out
+    yield ready
 
 
 class _BrokerCollector:
@@ -129,16 +185,92 @@ class _BrokerCollector:
         delivered.add_metric(["level"], st["delay_delivered"])
         delivered.add_metric(["timer"], st["timer_delivered"])
         yield delivered
+        counts = sorted(broker.pop.inflight_counts().items())
         inflight = GaugeMetricFamily("msgstore_pop_inflight", "Received messages not yet acknowledged", labels=["group"])
-        for group, n in sorted(broker.pop.inflight_counts().items()):
+        rmq_inflight = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages", "Received messages not yet acknowledged (RocketMQ 5's name)", labels=["consumer_group"]
+        )
+        for group, n in counts:
             inflight.add_metric([group], n)
+            rmq_inflight.add_metric([group], n)
         yield inflight
+        yield rmq_inflight
         c = CounterMetricFamily("msgstore_pop_redelivered", "Messages brought back for another delivery")
         c.add_metric([], st["pop_revived"])
         yield c
         c = CounterMetricFamily("msgstore_pop_dead_lettered", "Messages set aside in a %DLQ% topic")
         c.add_metric([], st["pop_dead_lettered"])
         yield c
+        c = CounterMetricFamily("rocketmq_send_to_dlq_messages", "Messages set aside in a %DLQ% topic (RocketMQ 5's name)")
+        c.add_metric([], st["pop_dead_lettered"])
+        yield c
+
+
+class _ReplicaCollector:
+    """A replica group member's view: its role and epoch; a master's in-sync followers and each
+    follower's lag; a follower's own lag. Taken from the same RoleStatus ``msgstore admin
+    role`` shows (read while the loop may change it: a figure torn by a concurrent change is
+    retaken once, then skipped for this scrape)."""
+
+    def __init__(self, server_ref):
+        self.server_ref = server_ref
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        server = self.server_ref()
+        if server is None or server.store is None or server.store.state != "running":
+            return
+        if server.replica is None:  # a node of its own is its own group's master (the alerts and dashboard rely on it)
+            g = GaugeMetricFamily("msgstore_replica_is_master", "1 on the group's master, 0 on a follower", labels=["group"])
+            g.add_metric([server.node_name], 1.0)
+            yield g
+            return
+        from .ha_service import role_status
+
+        for _ in range(2):
+            try:
+                st = role_status(server)
+                break
+            except RuntimeError:  # a set or dict changed size while read on the scrape thread
+                continue
+        else:
+            return
+        labels = ["group"]
+        group = [st.group]
+
+        def gauge(name, doc, value, names=labels, values=group):
+            g = GaugeMetricFamily(name, doc, labels=names)
+            g.add_metric(values, float(value))
+            return g
+
+        master = st.role == "MASTER"
+        yield gauge("msgstore_replica_is_master", "1 on the group's master, 0 on a follower", 1 if master else 0)
+        yield gauge("msgstore_replica_epoch", "The member's epoch", st.epoch)
+        yield gauge(
+            "msgstore_replica_sync", "1 when the group replicates synchronously (SYNC)", 1 if (st.group_mode or st.mode) == "SYNC" else 0
+        )
+        if master:
+            yield gauge(
+                "msgstore_replica_fenced", "1 while the master refuses to acknowledge (fenced or too few in sync)", 1 if st.fenced else 0
+            )
+            yield gauge(
+                "msgstore_replica_in_sync_followers",
+                "Followers in the in-sync set (the master not counted)",
+                max(0, len(st.sync_state_set) - 1),
+            )
+            yield gauge("msgstore_replica_followers_connected", "Followers streaming from this master", len(st.followers))
+            lag = GaugeMetricFamily(
+                "msgstore_replica_follower_lag_bytes", "Bytes each follower is behind the master", labels=["group", "member"]
+            )
+            for f in st.followers:
+                lag.add_metric([st.group, f.member], float(f.lag_bytes))
+            yield lag
+        else:
+            yield gauge("msgstore_replica_connected", "1 while this follower streams from its master", 1 if st.connected else 0)
+            yield gauge("msgstore_replica_lag_bytes", "Bytes this follower is behind its master", st.lag_bytes)
+            yield gauge("msgstore_replica_lag_seconds", "How far behind its master this follower is, in seconds", st.lag_seconds)
 
 
 class _LongPollCollector:

@@ -229,7 +229,10 @@ class StoreServer(Member):
                 code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
                 self._count_error(name, code.name)
                 await context.abort(code, e.message)
-            except (asyncio.CancelledError, grpc.aio.AbortError):
+            except grpc.aio.AbortError:  # the handler refused the call itself (its own abort): counted too
+                self._count_abort(name, context)
+                raise
+            except asyncio.CancelledError:
                 raise
             except Exception as e:  # everything else is our bug: answer, log, keep serving
                 log.exception("%s failed", name)
@@ -255,6 +258,9 @@ class StoreServer(Member):
                 code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
                 self._count_error(name, code.name)
                 await context.abort(code, e.message)
+            except grpc.aio.AbortError:
+                self._count_abort(name, context)
+                raise
 
         return handler
 
@@ -264,7 +270,10 @@ class StoreServer(Member):
         async def handler(requests, context):
             try:
                 await fn(requests, context)
-            except (asyncio.CancelledError, grpc.aio.AbortError):
+            except grpc.aio.AbortError:  # the handler refused the call itself (its own abort): counted too
+                self._count_abort(name, context)
+                raise
+            except asyncio.CancelledError:
                 raise
             except Exception as e:  # our bug: the stream ends with INTERNAL, the server keeps serving
                 log.exception("%s failed", name)
@@ -272,6 +281,10 @@ class StoreServer(Member):
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
 
         return handler
+
+    def _count_abort(self, method: str, context) -> None:
+        code = context.code()
+        self._count_error(method, code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN")
 
     def _count_error(self, method: str, code: str) -> None:
         if self.metrics is not None:
