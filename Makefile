@@ -20,7 +20,7 @@ endif
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,operator,spark]'
+	$(PY) -m pip install -q -e '.[dev,operator,spark,console]'
 	$(PY) scripts/fetch_helm.py $(BIN)
 	touch $(STAMP)
 

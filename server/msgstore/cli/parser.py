@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 from .. import __version__
 from .admin import cmd_admin
 from .common import DEFAULT_SERVER
+from .console import cmd_console
 from .groups import cmd_groups
 from .messages import cmd_pull, cmd_query, cmd_recall, cmd_send
 from .offline import cmd_fsck, cmd_inspect
@@ -390,6 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
     policy.add_argument("--backoff", default="", help="seconds to wait after delivery 1, 2, ... (comma-separated, the last repeating)")
     _connection_options(s)
     s.set_defaults(fn=cmd_groups)
+
+    s = sub.add_parser("console", help="serve the web console for a store (sign in as a store user)")
+    s.add_argument("--host", default="127.0.0.1", help="address the console listens on (0.0.0.0 in a pod)")
+    s.add_argument("--port", type=_port(1), default=8080, help="HTTP port (default 8080)")
+    s.add_argument("--kubernetes", metavar="NAMESPACE/NAME", help="show this MessageStore's conditions and the operator's events")
+    s.add_argument("--sample-interval", type=float, default=5.0, help="seconds between the samples of a page's plots")
+    _connection_options(s)
+    s.set_defaults(fn=cmd_console)
 
     s = sub.add_parser("route", help="the nodes of the store")
     s.add_argument("topic", nargs="?")
