@@ -21,7 +21,7 @@ PODMAN_OPTS=(--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=1000:1000
 
 # 1. wheels for msgstore and everything it runs with, built here (our extension compiled here)
 rm -rf build/wheels
-"$PYTHON" -m pip wheel --quiet --wheel-dir build/wheels '.[operator]'
+"$PYTHON" -m pip wheel --quiet --wheel-dir build/wheels '.[operator,console]'
 
 # 2. the base image
 if [ -z "${BASE:-}" ]; then

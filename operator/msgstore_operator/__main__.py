@@ -15,6 +15,7 @@ ENVIRONMENT = """environment:
   MSGSTORE_IMAGE              store image when a MessageStore names none
   MSGSTORE_OPERATOR_INTERVAL  seconds between passes over every store (default 10)
   MSGSTORE_LIVENESS           liveness endpoint (default http://0.0.0.0:8080/healthz)
+  MSGSTORE_OPERATOR_METRICS   HOST:PORT for Prometheus metrics (stores Ready, rolls running); unset: none (the chart: 0.0.0.0:8081)
   MSGSTORE_LOG_FORMAT         json (default) or plain
   MSGSTORE_OPERATOR_VERBOSE   1 for debug logs
 Credentials: in-cluster (the pod's ServiceAccount), else the kubeconfig."""
@@ -44,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         log_format=kopf.LogFormat.JSON if os.environ.get("MSGSTORE_LOG_FORMAT", "json") == "json" else kopf.LogFormat.PLAIN,
     )
     namespace = os.environ.get("WATCH_NAMESPACE")
+    listen = os.environ.get("MSGSTORE_OPERATOR_METRICS", "")
+    if listen:
+        from . import metrics
+
+        host, _, port = listen.rpartition(":")
+        metrics.serve(int(port), host or "0.0.0.0")
     kopf.run(
         standalone=True,
         clusterwide=not namespace,

@@ -26,6 +26,7 @@ from typing import Any
 import kopf
 
 from . import kube as kubemod
+from . import metrics
 from .reconcile import Outcome, Reconciler
 from .spec import GROUP, PLURAL, VERSION
 
@@ -91,11 +92,14 @@ def reconcile_one(kube: kubemod.Kube, namespace: str | None, name: str) -> Outco
         try:
             fresh = kube.get("MessageStore", namespace, name)
         except kubemod.NotFound:
+            metrics.forget(namespace or "", name)
             return Outcome({})
         if fresh["metadata"].get("deletionTimestamp"):
+            metrics.forget(namespace or "", name)
             return Outcome({})
         out = Reconciler(kube).reconcile(fresh)
         kube.patch("MessageStore", namespace, name, {"status": status_patch(fresh.get("status") or {}, out.status)}, sub="status")
+        metrics.observe(namespace or "", name, out.status)
         meta: dict[str, Any] = {}
         if out.annotations:
             meta["annotations"] = out.annotations

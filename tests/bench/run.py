@@ -1,6 +1,6 @@
 """``make bench``: every benchmark, printed and saved under tests/bench/results/.
 
-BENCH_ONLY=store,grpc,pipeline,peers,groups,ha,scale,delays,rocketmq,latency,access,auth picks suites
+BENCH_ONLY=store,grpc,pipeline,peers,groups,ha,scale,delays,rocketmq,latency,access,auth,console picks suites
 (scale: BENCH_SCALE_QUEUES=10000,50000,100000; peers: the comparison with NATS JetStream and
 Redis, written as results/peers.md and peers.png; BENCH_SCALE=0.1 for a quick look); BENCH_DIR chooses where data goes (default: a temporary
 directory on the same disk as the repository).
@@ -16,6 +16,7 @@ import time
 from . import (
     bench_access,
     bench_auth,
+    bench_console,
     bench_delays,
     bench_groups,
     bench_grpc,
@@ -43,6 +44,7 @@ SUITES = {
     "latency": bench_latency.run,
     "access": bench_access.run,
     "auth": bench_auth.run,
+    "console": bench_console.run,
 }
 
 

@@ -108,6 +108,37 @@ def test_image_serves_as_uid_10001_with_a_read_only_root_and_stops_cleanly(image
             route = MessagingServiceStub(channel).QueryRoute(QueryRouteRequest(topic=Resource(name="image")), timeout=10)
             assert route.status.code == Code.OK and route.message_queues, route
         assert podman("exec", name, "id", "-u").stdout.strip() == str(UID)
+        # the web console from the same image, as the chart runs it (its templates and scripts are in the wheel)
+        web = free_port()
+        podman(
+            "run",
+            "-d",
+            "--name",
+            f"{name}-console",
+            *RUN,
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "--user",
+            f"{UID}:{UID}",
+            image,
+            "msgstore",
+            "console",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(web),
+            "--server",
+            f"127.0.0.1:{port}",
+        )
+        try:
+            page = wait_until(
+                lambda: _get(f"http://127.0.0.1:{web}/"), 60, what=lambda: podman("logs", f"{name}-console", check=False).stdout
+            )
+            assert "Healthy" in page  # the cluster page, anonymously: this store checks no callers
+            assert "uPlot" in _get(f"http://127.0.0.1:{web}/static/uPlot.iife.min.js")
+        finally:
+            podman("rm", "-f", f"{name}-console", check=False)
         write = podman("exec", name, "touch", "/opt/msgstore/x", check=False)
         assert write.returncode != 0 and "Read-only file system" in write.stderr
         assert all(os.stat(os.path.join(data, n)).st_uid == UID for n in os.listdir(data))
@@ -117,6 +148,16 @@ def test_image_serves_as_uid_10001_with_a_read_only_root_and_stops_cleanly(image
     assert podman("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip() == "0"  # SIGTERM is a clean shutdown
     assert "abort" not in os.listdir(data)
     podman("rm", name, check=False)
+
+
+def _get(url: str) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
 
 
 def test_operator_entry_point_is_in_the_image(image):

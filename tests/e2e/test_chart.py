@@ -188,6 +188,48 @@ def test_three_node_store_renders_every_object(k8s: K8s, orders):
     assert table[0].split()[:4] == ["NAME", "READY", "PODS", "DESIRED"] and table[1].split()[1:4] == ["True", "3", "3"]
 
 
+def test_the_console_shows_the_stores_conditions_and_the_operators_events(k8s: K8s, orders, tmp_path):
+    """The console's Kubernetes page reads the MessageStore and the operator's events from a real
+    API server (the chart's Role for it is checked in tests/deploy/test_console_chart.py)."""
+    import urllib.request
+
+    from tests.support.servers import free_port
+
+    port = free_port()
+    servers = ",".join(k8s.address(NS, f"orders-{i}") for i in range(3))
+    with open(tmp_path / "console.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "msgstore.cli", "console", "--server", servers, "--port", str(port), "--kubernetes", f"{NS}/orders"],
+            env=dict(k8s.env, PYTHONPATH=os.path.join(ROOT, "server")),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def page(path: str) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    try:
+        text = k8s.wait(lambda: page("/kubernetes"), 30, "the console's Kubernetes page")
+        conditions = text.split('id="conditions"', 1)[1].split("</table>", 1)[0]
+        assert "<td>Ready</td><td>True</td>" in conditions, conditions
+        assert "pods ready: 3/3" in text
+        events = text.split('id="events"', 1)[1].split("</table>", 1)[0]
+        assert events.count("<tr") >= 2, events  # the header and at least one event the operator posted about orders
+        assert f"MessageStore {NS}/orders: Ready" in page("/")
+        # the operator's own figures, which the chart's roll and readiness alerts read
+        (op,) = k8s.api.items(f"/api/v1/namespaces/{RELEASE_NS}/pods", labelSelector="app.kubernetes.io/component=operator")
+        with urllib.request.urlopen(f"http://{op['status']['podIP']}:8081/metrics", timeout=10) as r:
+            scraped = r.read().decode()
+        assert f'msgstore_operator_store_ready{{namespace="{NS}",store="orders"}} 1.0' in scraped, scraped
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 def test_hot_settings_reach_every_pod_without_a_restart(k8s: K8s, orders):
     pids = {p: k8s.kubelet.runtime(NS, p).container.proc.pid for p in ("orders-0", "orders-1", "orders-2")}
     k8s.kubectl(

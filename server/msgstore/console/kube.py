@@ -33,12 +33,14 @@ def store_state(target: str) -> dict[str, Any]:
     status = obj.get("status") or {}
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=MessageStore").items
     events = sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp or ""), reverse=True)[:30]
+    conditions = status.get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     return {
         "name": name,
         "namespace": namespace,
-        "phase": status.get("phase", ""),
-        "replicas": status.get("readyReplicas", status.get("replicas", "")),
-        "conditions": status.get("conditions") or [],
+        "phase": "" if ready is None else ("Ready" if ready.get("status") == "True" else f"not ready: {ready.get('reason', '')}"),
+        "replicas": f"{status.get('readyReplicas', 0)}/{(obj.get('spec') or {}).get('replicas', '')}",
+        "conditions": conditions,
         "events": [
             {
                 "when": str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp or ""),
