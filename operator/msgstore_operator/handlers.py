@@ -196,6 +196,7 @@ class Observer:
                     self._due.setdefault(key, now)
                 for key in [k for k in self._due if k not in keys]:
                     del self._due[key]
+                    metrics.forget(*key.split("/", 1))  # a deleted store's figures go with it
         with self._due_lock:
             due = sorted(self._due.items(), key=lambda kv: kv[1])
         for key, when in due:

@@ -1,11 +1,10 @@
 """The operator's own Prometheus figures: whether each MessageStore is Ready and how long its
-rolling restart has run. What the stores export cannot tell a failing roll (the pod being
+rolling restart started. What the stores export cannot tell a failing roll (the pod being
 rolled exports nothing while it is down); these can, and the chart's alerts read them."""
 
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
@@ -15,8 +14,9 @@ READY = Gauge(
     "msgstore_operator_store_ready", "1 while the MessageStore's Ready condition is True", ["namespace", "store"], registry=REGISTRY
 )
 ROLL = Gauge(
-    "msgstore_operator_roll_running_seconds",
-    "How long the MessageStore's rolling restart has been running (0: none is)",
+    "msgstore_operator_roll_started_timestamp_seconds",
+    "When the MessageStore's running rolling restart started, epoch seconds (0: none is running). A start time, not an age, "
+    "so that the alert still measures it if the operator stops updating it",
     ["namespace", "store"],
     registry=REGISTRY,
 )
@@ -37,14 +37,13 @@ PROBLEM_TYPES = (
 )
 
 
-def observe(namespace: str, store: str, status: dict[str, Any], now: float | None = None) -> None:
+def observe(namespace: str, store: str, status: dict[str, Any]) -> None:
     """Set the store's figures from the status a pass just wrote."""
-    now = time.time() if now is None else now
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     READY.labels(namespace, store).set(1 if (conditions.get("Ready") or {}).get("status") == "True" else 0)
     roll = status.get("lastRoll") or {}
     started = _epoch(roll.get("started", "")) if roll.get("state") == "running" else None
-    ROLL.labels(namespace, store).set(max(0.0, now - started) if started is not None else 0)
+    ROLL.labels(namespace, store).set(started or 0)
     for ctype in PROBLEM_TYPES:
         PROBLEMS.labels(namespace, store, ctype).set(1 if (conditions.get(ctype) or {}).get("status") == "True" else 0)
 

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from msgstore.client import Client, OutMessage
+from msgstore.record.recall_handle import RecallHandle
 from tests.ha.conftest import Group
 from tests.support.servers import ROOT, free_port, wait_until
 
@@ -199,6 +200,7 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         assert len(rows) == 3
         text = driver.find_element(By.ID, "groups").text
         assert store.members[0].name in text and "MASTER" in text and text.count("SLAVE") == 2
+        assert ", ".join(m.name for m in store.members) in text  # the in-sync set (ops may read the cluster)
         shot(driver, "02-cluster")
 
         driver.get(console.url("/topics"))
@@ -206,6 +208,8 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         shot(driver, "03-topics")
         driver.get(console.url("/topics/orders"))
         assert len(driver.find_elements(By.CSS_SELECTOR, "table#queues tbody tr")) == 4
+        assert "MiB held" in driver.find_element(By.ID, "size").text
+        assert "older than 72 h" in driver.find_element(By.ID, "retention").text  # the store's fileReservedTime
         shot(driver, "04-topic")
 
         # the lag plot moves: billing's lag sampled over time, growing with the producer
@@ -254,11 +258,41 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         driver.get(console.url("/scheduled"))
         table = driver.find_element(By.ID, "scheduled").text
         assert "timed-1" in table
+        due_ms = int(driver.find_element(By.CSS_SELECTOR, "form input[name=due_ms]").get_attribute("value"))
         confirm_and_submit(driver, driver.find_element(By.CSS_SELECTOR, "button.recall"))
         assert "recalled" in flash(driver)
-        assert timed.recall_handle  # (the store's own handle names the same message)
+        # the console's recall named the very message the store's own handle names
+        assert RecallHandle.decode(timed.recall_handle) == RecallHandle("payments", due_ms, timed.message_id, store.name)
         assert "timed-1" not in (driver.find_elements(By.ID, "scheduled") or [driver.find_element(By.TAG_NAME, "main")])[0].text
         shot(driver, "09-recalled")
+
+        # topic and group changes, each after a confirmation
+        driver.get(console.url("/topics/payments"))
+        form = driver.find_element(By.ID, "change-topic")
+        form.find_element(By.NAME, "queues").clear()
+        form.find_element(By.NAME, "queues").send_keys("2")
+        assert "Change topic payments" in confirm_and_submit(driver, form.find_element(By.TAG_NAME, "button"))
+        assert "topic payments: 2 queues" in flash(driver)
+        assert len(ops.route("payments", refresh=True).queues) == 2
+        driver.get(console.url("/groups/audit"))
+        form = driver.find_element(By.ID, "group-settings")
+        form.find_element(By.NAME, "max_deliveries").clear()
+        form.find_element(By.NAME, "max_deliveries").send_keys("3")
+        confirm_and_submit(driver, form.find_element(By.TAG_NAME, "button"))
+        assert "at most 3 deliveries" in flash(driver)
+        (audit,) = [g for _n, g in ops.describe_groups("audit") if g.name == "audit"]
+        assert audit.policy.max_deliveries == 3
+        # a FIFO group keeps its order when only its deliveries change
+        ops.update_group("ordered", fifo=True)
+        ops.commit("ordered", "orders", queues[0], 0)
+        driver.get(console.url("/groups/ordered"))
+        form = driver.find_element(By.ID, "group-settings")
+        form.find_element(By.NAME, "max_deliveries").clear()
+        form.find_element(By.NAME, "max_deliveries").send_keys("4")
+        confirm_and_submit(driver, form.find_element(By.TAG_NAME, "button"))
+        assert "order kept, at most 4 deliveries" in flash(driver)
+        (ordered,) = [g for _n, g in ops.describe_groups("ordered") if g.name == "ordered"]
+        assert ordered.policy.fifo and ordered.policy.max_deliveries == 4
 
         # a user who may not publish is refused by the store; nothing is resent
         driver.find_element(By.CSS_SELECTOR, "nav form button").click()
@@ -268,6 +302,13 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         refused = flash(driver)
         assert "refused" in refused and "PERMISSION_DENIED" in refused, refused
         shot(driver, "10-forbidden")
+        form = driver.find_element(By.ID, "group-settings")  # nor may the viewer change the group
+        form.find_element(By.NAME, "max_deliveries").clear()
+        form.find_element(By.NAME, "max_deliveries").send_keys("5")
+        confirm_and_submit(driver, form.find_element(By.TAG_NAME, "button"))
+        assert "group change refused: PERMISSION_DENIED" in flash(driver)
+        (audit,) = [g for _n, g in ops.describe_groups("audit") if g.name == "audit"]
+        assert audit.policy.max_deliveries == 3
         assert len(ops.query("payments", "dlq-second")) == 1
         # declining the dialog sends nothing (an action taken would leave its outcome for the next page)
         driver.get(console.url("/groups/audit"))

@@ -34,7 +34,10 @@ def test_the_console_is_off_by_default_and_renders_valid_objects_when_on():
         validate(doc)
     a = args(objs)
     assert "--server=r1-msgstore.team-a.svc:10911" in a and "--kubernetes=team-a/r1-msgstore" in a and "--host=0.0.0.0" in a
-    assert "--admin-token-file=/etc/msgstore/admin/token" in a  # the sample store's admin token Secret (orders-admin)
+    # the admin token is opt-in: the sample store's (orders-admin) is not taken without asking
+    assert not any(x.startswith("--admin-token-file") for x in a)
+    objs = rendered(*SAMPLE_VALUES, *CONSOLE, "--set", "console.adminTokenSecret.name=orders-admin")
+    assert "--admin-token-file=/etc/msgstore/admin/token" in args(objs)
     volumes = {v["name"]: v for v in objs["Deployment"]["spec"]["template"]["spec"]["volumes"]}
     assert volumes["admin-token"]["secret"]["secretName"] == "orders-admin"
     pod = objs["Deployment"]["spec"]["template"]
@@ -50,7 +53,32 @@ def test_the_console_reaches_a_tls_store_as_the_helm_test_does():
     objs = rendered(*SAMPLE_VALUES, *CONSOLE, "--set", "store.tls.enabled=true", "--set", "store.tls.clientAuthentication=Required")
     assert "--tls-cert=/etc/msgstore/tls/tls.crt" in args(objs)
     volumes = {v["name"]: v for v in objs["Deployment"]["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["tls"]["secret"]["secretName"] == "r1-msgstore-tls"
+    assert [src["secret"]["name"] for src in volumes["tls"]["projected"]["sources"]] == ["r1-msgstore-tls", "r1-msgstore-ca-cert"]
+    for doc in objs.values():
+        validate(doc)
+
+
+def test_the_console_reaches_a_store_of_its_own_with_its_own_tls_secrets():
+    """A MessageStore the team applies itself (no sample store): console.store and console.tls."""
+    values = [
+        *CONSOLE,
+        "--set",
+        "console.store=orders",
+        "--set",
+        "console.tls.enabled=true",
+        "--set",
+        "console.tls.clientSecret=console-cert",
+    ]
+    objs = rendered(*values)
+    a = args(objs)
+    assert (
+        "--server=orders.team-a.svc:10911" in a and "--server-name=orders.team-a.svc" in a and "--tls-cert=/etc/msgstore/tls/tls.crt" in a
+    )
+    volumes = {v["name"]: v for v in objs["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert [src["secret"]["name"] for src in volumes["tls"]["projected"]["sources"]] == ["console-cert", "orders-ca-cert"]
+    assert objs["Role"]["rules"][0]["resourceNames"] == ["orders"]
+    for doc in objs.values():
+        validate(doc)
 
 
 def test_the_console_role_grants_exactly_what_its_kubernetes_page_calls():

@@ -324,7 +324,7 @@ def test_one_image_runs_server_and_operator_as_the_non_root_user_the_manifests_e
         scripts = f.read()
     for command in ("msgstore", "msgstore-operator"):
         assert re.search(rf'^{command} = "', scripts, re.M)
-    assert "'msgstore[operator]'" in dockerfile and "COPY build/wheels " in dockerfile
+    assert "'msgstore[operator,console]'" in dockerfile and "COPY build/wheels " in dockerfile  # the console runs from it too
     with open(os.path.join(ROOT, ".dockerignore")) as f:
         assert "!build/wheels" in f.read()  # a docker build context without the virtualenv
 

@@ -17,18 +17,19 @@ def test_ready_roll_age_and_problem_conditions_follow_the_status_and_go_with_the
         "conditions": [{"type": "Ready", "status": "False"}, {"type": "ImageUnavailable", "status": "True"}],
         "lastRoll": {"state": "running", "started": "2026-11-27T10:00:00Z"},
     }
-    now = 1795773600.0 + 600  # 2026-11-27T10:10:00Z
-    metrics.observe("apps", "orders", status, now=now)
+    metrics.observe("apps", "orders", status)
     assert value("msgstore_operator_store_ready", namespace="apps", store="orders") == 0
-    assert value("msgstore_operator_roll_running_seconds", namespace="apps", store="orders") == 600
+    assert (
+        value("msgstore_operator_roll_started_timestamp_seconds", namespace="apps", store="orders") == 1795773600.0
+    )  # 2026-11-27T10:00:00Z
     assert value("msgstore_operator_condition_problem", namespace="apps", store="orders", type="ImageUnavailable") == 1
     assert value("msgstore_operator_condition_problem", namespace="apps", store="orders", type="PodsPending") == 0
 
     status = {"conditions": [{"type": "Ready", "status": "True"}], "lastRoll": {"state": "done", "started": "2026-11-27T10:00:00Z"}}
-    metrics.observe("apps", "orders", status, now=now)
+    metrics.observe("apps", "orders", status)
     assert value("msgstore_operator_store_ready", namespace="apps", store="orders") == 1
-    assert value("msgstore_operator_roll_running_seconds", namespace="apps", store="orders") == 0
+    assert value("msgstore_operator_roll_started_timestamp_seconds", namespace="apps", store="orders") == 0
 
     metrics.forget("apps", "orders")
-    assert 'store="orders"' not in generate_latest(metrics.REGISTRY).decode()
+    assert 'namespace="apps",store="orders"' not in generate_latest(metrics.REGISTRY).decode()
     metrics.forget("apps", "orders")  # twice is no error

@@ -135,29 +135,37 @@ class _StoreCollector:
 
 def _topic_and_group_figures(store, queues) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
     """RocketMQ 5's per-topic and per-group figures, from the queues' offsets at scrape time
-    (nothing counted on the put path). Messages in per topic is the sum of its queues' max
-    offsets: offsets only grow, so it behaves as a counter (a deleted topic resets it, as a
-    restart resets any counter). Per group, out is the sum of its committed offsets and ready
-    is its lag (max offset minus committed): RocketMQ splits our lag into ready and in flight
-    using its last pull offset, which a pull-based store does not keep per group."""
-    in_total: dict[str, int] = {}
+    (nothing counted on the put path), in one pass over a copy of the committed offsets.
+    Messages in per topic is the sum of its queues' max offsets: offsets only grow, so it
+    behaves as a counter (a deleted topic resets it, as a restart resets any counter). Per
+    group, out is the sum of its committed offsets (a reset of the group's offsets reads as a
+    counter reset) and ready is its lag (max offset minus committed; a queue never committed
+    counts from its start): RocketMQ splits our lag into ready and in flight using its last pull
+    offset, which a pull-based store does not keep per group."""
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for cq in queues:
-        in_total[cq.topic] = in_total.get(cq.topic, 0) + cq.max_offset
+        by_topic.setdefault(cq.topic, []).append((cq.queue_id, cq.min_offset, cq.max_offset))
     msgs_in = CounterMetricFamily("rocketmq_messages_in_total", "Messages stored per topic", labels=["topic"])
-    for topic, n in sorted(in_total.items()):
-        msgs_in.add_metric([topic], n)
+    for topic, qs in sorted(by_topic.items()):
+        msgs_in.add_metric([topic], sum(hi for _q, _lo, hi in qs))
     yield msgs_in
+    offsets = store.offsets
+    with offsets.lock:
+        table = {k: dict(v) for k, v in offsets.table.items()}
+    if len(table) > PER_QUEUE_SERIES_LIMIT:  # as for queues: beyond this, per-pair series would swamp a scrape
+        return
     out = CounterMetricFamily(
         "rocketmq_messages_out_total", "Messages consumed per topic and group (committed offsets)", labels=["topic", "consumer_group"]
     )
     ready = GaugeMetricFamily(
         "rocketmq_consumer_ready_messages", "Messages not yet consumed by the group (its lag)", labels=["topic", "consumer_group"]
     )
-    for group, topics in sorted(store.committed_groups().items()):
-        for topic in sorted(topics):
-            progress = store.group_progress(group, topic)
-            out.add_metric([topic, group], sum(max(0, p.committed) for p in progress))
-            ready.add_metric([topic, group], sum(p.lag for p in progress))
+    for key in sorted(table):
+        topic, _, group = key.partition("@")
+        committed = table[key]
+        qs = by_topic.get(topic, [])
+        out.add_metric([topic, group], sum(max(0, committed.get(q, -1)) for q, _lo, _hi in qs))
+        ready.add_metric([topic, group], sum(max(0, hi - max(committed.get(q, -1), lo)) for q, lo, hi in qs))
     yield out
     yield ready
 
@@ -233,10 +241,10 @@ class _ReplicaCollector:
             try:
                 st = role_status(server)
                 break
-            except RuntimeError:  # a set or dict changed size while read on the scrape thread
+            except Exception:  # state the loop changed while this thread read it (a role change): retaken once
                 continue
         else:
-            return
+            return  # skipped for this scrape, rather than failing the whole scrape during a failover
         labels = ["group"]
         group = [st.group]
 

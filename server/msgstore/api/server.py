@@ -173,7 +173,7 @@ class StoreServer(Member):
         async def refuse(context, e: Denied | NotReady) -> None:
             if isinstance(e, NotReady):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-            self._count_error(method.name, "UNAUTHENTICATED" if e.unauthenticated else "PERMISSION_DENIED")
+            # (counted by the _wrap_* handler around this one, as every abort is)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
 
         if method.client_streaming:

@@ -54,8 +54,10 @@ def cmd_dlq(args) -> int:
         rows, resent = [], 0
         for node in route.nodes:
             q = QueueRef(node.name, node.address, 0)
-            done = max(c.committed(args.group, dlq, q), 0)  # resent below this (the group's position in its DLQ)
-            got = c.pull(dlq, q, done if args.resend else 0, max_messages=args.max)
+            # resent below this (the group's position in its DLQ), or retention deleted below it
+            lo, _hi = c.queue_offsets(dlq, skip_unavailable=True).get(q, (0, 0))
+            done = max(c.committed(args.group, dlq, q), lo, 0)
+            got = c.pull(dlq, q, done if args.resend else lo, max_messages=args.max)
             for m in got.messages:
                 origin = m.properties.get("DLQ_ORIGIN_TOPIC", "")
                 rows.append(

@@ -11,8 +11,11 @@ import asyncio
 import datetime
 import logging
 import os
+import secrets
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jinja2
@@ -64,15 +67,18 @@ def make_app(make_client, *, admin: bool = False, kubernetes: str = "", sample_i
     app[TEMPLATES] = templates()
     r = app.router
     r.add_get("/healthz", healthz)
+    r.add_get("/favicon.ico", favicon)
     r.add_get("/login", login_page)
     r.add_post("/login", login)
     r.add_post("/logout", logout)
     r.add_get("/", overview)
     r.add_get("/topics", topics_page)
+    r.add_post("/topics", topic_change)
     r.add_get("/topics/{name}", topic_page)
     r.add_get("/groups", groups_page)
     r.add_get("/groups/{name}", group_page)
     r.add_post("/groups/{name}/resend", resend)
+    r.add_post("/groups/{name}/settings", group_change)
     r.add_get("/messages", messages_page)
     r.add_get("/messages/view", message_page)
     r.add_get("/scheduled", scheduled_page)
@@ -81,14 +87,21 @@ def make_app(make_client, *, admin: bool = False, kubernetes: str = "", sample_i
     r.add_get("/api/series", series)
     r.add_static("/static", os.path.join(HERE, "static"))
 
+    async def starting(app: web.Application) -> None:
+        # every store call runs in a thread: pages, plots' samplers and sign-ins share this pool,
+        # sized so that a slow node (calls waiting out their deadline) does not stall the rest
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32, thread_name_prefix="console"))
+
     async def closing(app: web.Application) -> None:
         app[SESSION].close_all()
 
+    app.on_startup.append(starting)
     app.on_cleanup.append(closing)
     return app
 
 
-OPEN_PATHS = ("/login", "/healthz", "/static/")
+OPEN_PATHS = ("/login", "/healthz", "/static/", "/favicon.ico")
+LOGIN_COOKIE = "msgstore_console_login"  # the sign-in form's token (double submit: no session yet to hold it)
 
 
 @web.middleware
@@ -102,17 +115,44 @@ async def _session_middleware(request: web.Request, handler: Callable[[web.Reque
     fresh = None
     if s is None:
         if not await sessions.store_is_open():
-            raise web.HTTPFound("/login?next=" + request.path_qs.replace("&", "%26"))
-        s = fresh = await sessions.sign_in(None, None)
+            raise web.HTTPFound("/login?next=" + urllib.parse.quote(request.path_qs, safe=""))
+        s = fresh = sessions.anonymous()
     request["session"] = s
-    response = await handler(request)
+    try:
+        response = await handler(request)
+    except web.HTTPException as e:  # a redirect after an action: the new session's cookie goes with it
+        if fresh is not None:
+            _set_cookie(e, fresh)
+        raise
     if fresh is not None:
         _set_cookie(response, fresh)
     return response
 
 
 def _set_cookie(response: web.StreamResponse, s: Session) -> None:
-    response.set_cookie(COOKIE, s.id, httponly=True, samesite="Strict", path="/")
+    # Lax, not Strict: a link to the console from elsewhere must find the session (a Strict
+    # cookie stays behind and the browser looks signed out); POSTs carry the session's token
+    response.set_cookie(COOKIE, s.id, httponly=True, samesite="Lax", path="/")
+
+
+def safe_next(text: str) -> str:
+    """Where to go after signing in: a path of this console only (``/\\evil.example`` and
+    ``//evil.example`` are other sites to a browser)."""
+    parts = urllib.parse.urlsplit(text)
+    if (
+        parts.scheme
+        or parts.netloc
+        or not text.startswith("/")
+        or text.startswith("//")
+        or "\\" in text
+        or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in text)
+    ):
+        return "/"
+    return text
+
+
+def _to(path: str, name: str) -> str:
+    return path + urllib.parse.quote(name, safe="")
 
 
 def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
@@ -157,33 +197,53 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+async def favicon(request: web.Request) -> web.Response:
+    return web.Response(status=204)  # (none; asked by every browser, it must not go through sign-in)
+
+
+def _login_form(request: web.Request, status: int = 200, error: str = "", nxt: str = "/") -> web.Response:
+    # the token this browser already holds, if any: a second sign-in page in another tab (or a
+    # request the browser makes by itself) must not void the form on screen
+    token = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(24)
+    response = render(request, "login.html", status=status, next=safe_next(nxt), error=error, login_token=token)
+    response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="Strict", path="/login")
+    return response
+
+
 async def login_page(request: web.Request) -> web.Response:
-    return render(request, "login.html", next=request.query.get("next", "/"), error="")
+    return _login_form(request, nxt=request.query.get("next", "/"))
 
 
 async def login(request: web.Request) -> web.Response:
     form = await request.post()
     access_key = str(form.get("access_key", "")).strip()
     secret_key = str(form.get("secret_key", ""))
-    nxt = str(form.get("next", "/"))
-    if not nxt.startswith("/") or nxt.startswith("//"):
-        nxt = "/"
+    nxt = safe_next(str(form.get("next", "/")))
+    token = request.cookies.get(LOGIN_COOKIE, "")
+    if not token or form.get("login_token") != token:  # another site posting its own keys into this browser
+        return _login_form(request, 400, "the sign-in form is stale: sign in again", nxt)
     if not access_key or not secret_key:
-        return render(request, "login.html", status=400, next=nxt, error="access key and secret key are both needed")
+        return _login_form(request, 400, "access key and secret key are both needed", nxt)
     try:
         s = await request.app[SESSION].sign_in(access_key, secret_key)
     except StoreError as e:
-        return render(request, "login.html", status=401, next=nxt, error=views.refusal(e))
+        return _login_form(request, 401, views.refusal(e), nxt)
+    previous = request.app[SESSION].get(request.cookies.get(COOKIE))
+    if previous is not None:  # signing in as someone else ends the session before
+        request.app[SESSION].end(previous)
     response = web.HTTPFound(nxt)
     _set_cookie(response, s)
+    response.del_cookie(LOGIN_COOKIE, path="/login")
     raise response
 
 
 async def logout(request: web.Request) -> web.Response:
     s: Session = request["session"]
     form = await request.post()
-    if form.get("csrf") == s.csrf:
-        request.app[SESSION].end(s)
+    if form.get("csrf") != s.csrf:
+        s.flash.append(("error", "not signed out: the form is stale (reload the page)"))
+        raise web.HTTPFound("/")
+    request.app[SESSION].end(s)
     response = web.HTTPFound("/login")
     response.del_cookie(COOKIE, path="/")
     raise response
@@ -191,7 +251,7 @@ async def logout(request: web.Request) -> web.Response:
 
 async def overview(request: web.Request) -> web.Response:
     s: Session = request["session"]
-    data, error = await call(views.cluster, s.client, request.app[SESSION].admin_client)
+    data, error = await call(views.cluster, s.client, request.app[SESSION].admin_client if s.cluster_reader else None)
     k8s = None
     if request.app[OPTIONS]["kubernetes"]:
         k8s, _ = await call(kube.store_state, request.app[OPTIONS]["kubernetes"])
@@ -201,15 +261,61 @@ async def overview(request: web.Request) -> web.Response:
 async def topics_page(request: web.Request) -> web.Response:
     s: Session = request["session"]
     rows, error = await call(views.topics, s.client)
-    return render(request, "topics.html", rows=rows or [], error=error)
+    return render(request, "topics.html", rows=rows or [], error=error, perms=views.PERMS, types=views.MESSAGE_TYPES)
 
 
 async def topic_page(request: web.Request) -> web.Response:
     s: Session = request["session"]
     name = request.match_info["name"]
-    s.history.watch("topic", name)
-    data, error = await call(views.topic, s.client, name)
-    return render(request, "topic.html", name=name, topic=data, error=error, series=f"stored:{name}")
+    request.app[SESSION].watch(s, "topic", name)
+    data, error = await call(views.topic, s.client, name, request.app[SESSION].admin_client if s.cluster_reader else None)
+    return render(
+        request, "topic.html", name=name, topic=data, error=error, series=f"stored:{name}", perms=views.PERMS, types=views.MESSAGE_TYPES
+    )
+
+
+def _int(form, name: str) -> int:
+    text = str(form.get(name, "") or "0").strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not a whole number") from None
+
+
+async def topic_change(request: web.Request) -> web.Response:
+    """Create a topic or change one (queues, permission, message type): the store's CreateTopic,
+    refused as the store refuses the user."""
+    s: Session = request["session"]
+    form = await request.post()
+    name = str(form.get("topic", "")).strip()
+    why = _checked_form(request, form)
+    if why:
+        s.flash.append(("error", f"nothing changed: {why}"))
+    else:
+        try:
+            args = (name, _int(form, "queues"), _int(form, "perm"), str(form.get("message_type", "")))
+            done, error = await call(views.change_topic, s.client, *args)
+        except ValueError as e:
+            done, error = None, str(e)
+        s.flash.append(("error", f"topic change refused: {error}") if error else ("ok", done))
+    raise web.HTTPFound(_to("/topics/", name) if name and s.flash[-1][0] != "error" else "/topics")
+
+
+async def group_change(request: web.Request) -> web.Response:
+    s: Session = request["session"]
+    name = request.match_info["name"]
+    form = await request.post()
+    why = _checked_form(request, form)
+    if why:
+        s.flash.append(("error", f"nothing changed: {why}"))
+    else:
+        fifo = {"on": True, "off": False}.get(str(form.get("fifo", "keep")))  # keep: left as it is (None)
+        try:
+            done, error = await call(views.change_group, s.client, name, _int(form, "max_deliveries"), fifo)
+        except ValueError as e:
+            done, error = None, str(e)
+        s.flash.append(("error", f"group change refused: {error}") if error else ("ok", done))
+    raise web.HTTPFound(_to("/groups/", name))
 
 
 async def groups_page(request: web.Request) -> web.Response:
@@ -221,7 +327,7 @@ async def groups_page(request: web.Request) -> web.Response:
 async def group_page(request: web.Request) -> web.Response:
     s: Session = request["session"]
     name = request.match_info["name"]
-    s.history.watch("group", name)
+    request.app[SESSION].watch(s, "group", name)
     data, error = await call(views.group, s.client, name)
     letters, letters_error = await call(views.dead_letters, s.client, name)
     return render(
@@ -241,9 +347,16 @@ async def resend(request: web.Request) -> web.Response:
             offset = int(str(form.get("offset", "")))
         except ValueError:
             offset = -1
-        done, error = await call(views.resend_dead_letter, s.client, name, str(form.get("node", "")), offset)
+        node = str(form.get("node", ""))
+        async with _resend_lock(request, name, node):  # two clicks (or two people) must not send it twice
+            done, error = await call(views.resend_dead_letter, s.client, name, node, offset)
         s.flash.append(("error", f"resend refused: {error}") if error else ("ok", f"dead letter {offset}: {done}"))
-    raise web.HTTPFound(f"/groups/{name}")
+    raise web.HTTPFound(_to("/groups/", name))
+
+
+def _resend_lock(request: web.Request, group: str, node: str) -> asyncio.Lock:
+    locks = request.app[OPTIONS].setdefault("resend_locks", {})
+    return locks.setdefault((group, node), asyncio.Lock())
 
 
 async def messages_page(request: web.Request) -> web.Response:
@@ -314,8 +427,11 @@ async def recall(request: web.Request) -> web.Response:
         s.flash.append(("error", f"nothing recalled: {why}"))
     else:
         topic, uniq, group = str(form.get("topic", "")), str(form.get("uniq_key", "")), str(form.get("group", ""))
-        due = int(str(form.get("due_ms", "0")) or 0)
-        _, error = await call(views.recall, s.client, topic, due, uniq, group)
+        try:
+            due = _int(form, "due_ms")
+            _, error = await call(views.recall, s.client, topic, due, uniq, group)
+        except ValueError as e:
+            error = str(e)
         s.flash.append(("error", f"recall refused: {error}") if error else ("ok", f"recalled {uniq}: it will not be delivered"))
     raise web.HTTPFound("/scheduled")
 

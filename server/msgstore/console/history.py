@@ -14,10 +14,6 @@ class History:
     def __init__(self, clock: Callable[[], float] = time.time):
         self.clock = clock
         self.series: dict[str, deque[tuple[float, float]]] = {}
-        self.watched: set[tuple[str, str]] = set()  # (kind, name): what the session's pages asked to plot
-
-    def watch(self, kind: str, name: str) -> None:
-        self.watched.add((kind, name))
 
     def add(self, name: str, value: float, at: float | None = None) -> None:
         s = self.series.setdefault(name, deque(maxlen=KEEP))

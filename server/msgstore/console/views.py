@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ DLQ_PREFIX = "%DLQ%"
 RETRY_PREFIX = "%RETRY%"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC", "TRANS_", "%RETRY%", "%DLQ%")
-HELD_TOPICS_LIMIT = 200  # topics whose messages held the topics page counts (one call per node each)
+HELD_TOPICS_LIMIT = 100  # topics whose messages held the topics page counts (one call per node each)
 OLDEST_QUEUES_LIMIT = 64  # queues a topic page reads the first message of
 SEARCH_LIMIT = 64  # (a query by key answers at most 64 per node)
 DROP_ON_RESEND = ("DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "TAGS", "KEYS", "UNIQ_KEY")
@@ -203,27 +204,31 @@ def cluster(c: Client, admin: Client | None) -> dict[str, Any]:
         master = next((m["name"] for m in members if m["role"] != "SLAVE" and m["ready"] and not m["fenced"]), "")
         g = GroupView(n.name, master, n.ready, max((m["epoch"] for m in members), default=0), members)
         if admin is not None:
-            for m in members:
-                try:
-                    role = admin.admin(m["address"]).role_pb()
-                    m["lag_seconds"] = round(role.lag_seconds, 1)
-                    if role.role == "MASTER" and role.sync_state_set:
-                        g.in_sync = list(role.sync_state_set)
-                    if role.HasField("arbiter") and role.arbiter.holder:
-                        g.arbiter = f"{role.arbiter.holder} (epoch {role.arbiter.epoch}, {role.arbiter.where})"
-                    st = admin.admin(m["address"]).status()
-                    m["state"] = st.get("state", "")
-                    m["disk_usage"] = st.get("disk_usage")
-                    m["recovery"] = (st.get("recovery") or {}).get("mode", "")
-                except StoreError as e:
-                    m["error"] = refusal(e)
+            with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:  # members at once: one down costs one deadline
+                list(pool.map(lambda m, g=g: _member_status(admin, g, m), members))
         if not n.ready:
             problems.append(f"replica group {n.name} has no master taking writes")
         for m in members:
             if not m["ready"]:
                 problems.append(f"{m['name']} ({m['address']}) is not ready")
         groups.append(g)
-    return {"groups": groups, "problems": problems, "healthy": not problems}
+    return {"groups": groups, "problems": problems, "healthy": not problems, "admin": admin is not None}
+
+
+def _member_status(admin: Client, g: GroupView, m: dict[str, Any]) -> None:
+    try:
+        role = admin.admin(m["address"]).role_pb()
+        m["lag_seconds"] = round(role.lag_seconds, 1)
+        if role.role == "MASTER" and role.sync_state_set:
+            g.in_sync = list(role.sync_state_set)
+        if role.HasField("arbiter") and role.arbiter.holder:
+            g.arbiter = f"{role.arbiter.holder} (epoch {role.arbiter.epoch}, {role.arbiter.where})"
+        st = admin.admin(m["address"]).status()
+        m["state"] = st.get("state", "")
+        m["disk_usage"] = st.get("disk_usage")
+        m["recovery"] = (st.get("recovery") or {}).get("mode", "")
+    except StoreError as e:
+        m["error"] = refusal(e)
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -249,8 +254,10 @@ def topics(c: Client) -> list[dict[str, Any]]:
             row["queues"] += t.write_queue_nums
             row["nodes"].append(node)
     rows = sorted(merged.values(), key=lambda r: (r["system"], r["name"]))
-    for row in [r for r in rows if not r["system"]][:HELD_TOPICS_LIMIT]:
-        row["held"], row["stored"] = held(c, row["name"])
+    counted = [r for r in rows if not r["system"]][:HELD_TOPICS_LIMIT]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for row, (n_held, n_stored) in zip(counted, pool.map(lambda r: held(c, r["name"]), counted)):
+            row["held"], row["stored"] = n_held, n_stored
     return rows
 
 
@@ -260,10 +267,14 @@ def held(c: Client, topic: str) -> tuple[int, int]:
     return sum(max(0, hi - lo) for lo, hi in offsets.values()), sum(hi for _lo, hi in offsets.values())
 
 
-def topic(c: Client, name: str) -> dict[str, Any]:
+def topic(c: Client, name: str, admin: Client | None = None) -> dict[str, Any]:
+    """Its queues, the oldest message, and the bytes held, estimated from the first and last
+    message of each queue (the store keeps no byte count per topic; reading every message's
+    size would cost a read of the whole topic)."""
     offsets = c.queue_offsets(name, skip_unavailable=True)
     queues = []
     oldest = 0
+    sizes: list[int] = []
     for q, (lo, hi) in sorted(offsets.items(), key=lambda x: (x[0].node, x[0].queue_id)):
         row = {"node": q.node, "queue_id": q.queue_id, "min": lo, "max": hi, "held": max(0, hi - lo)}
         if hi > lo and len(queues) < OLDEST_QUEUES_LIMIT:
@@ -271,14 +282,22 @@ def topic(c: Client, name: str) -> dict[str, Any]:
             if first:
                 row["oldest_ms"] = first[0].store_timestamp
                 oldest = min(oldest or first[0].store_timestamp, first[0].store_timestamp)
+                sizes.append(first[0].store_size)
+            last = c.pull(name, q, hi - 1, max_messages=1).messages if hi - 1 > lo else []
+            sizes.extend(m.store_size for m in last)
         queues.append(row)
-    return {
-        "name": name,
-        "queues": queues,
-        "oldest_ms": oldest,
-        "held": sum(r["held"] for r in queues),
-        "stored": sum(r["max"] for r in queues),
-    }
+    held = sum(r["held"] for r in queues)
+    out: dict[str, Any] = {"name": name, "queues": queues, "oldest_ms": oldest, "held": held, "stored": sum(r["max"] for r in queues)}
+    if sizes:
+        out["bytes_estimate"] = int(held * sum(sizes) / len(sizes))
+        out["sampled"] = len(sizes)
+    if admin is not None:
+        try:
+            config = admin.admin(c.nodes()[0].address).config()
+            out["retention"] = {k: config.get(k, "") for k in ("fileReservedTime", "deleteWhen", "diskMaxUsedSpaceRatio")}
+        except StoreError:
+            pass
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -351,12 +370,20 @@ def dead_letters(c: Client, group_name: str, limit: int = 50) -> list[dict[str, 
         raise
     for node in nodes:
         q = QueueRef(node.name, node.address, 0)
-        done = max(c.committed(group_name, dlq, q), 0)
+        done = _dlq_position(c, group_name, dlq, q)
         for m in c.pull(dlq, q, done, max_messages=limit).messages:
             v = MessageView.of(m, node.name)
             out.append({"message": v, "origin": v.properties.get("DLQ_ORIGIN_TOPIC", ""), "next": m.queue_offset == done})
             done = -1  # only the first one per node is next in order
     return out
+
+
+def _dlq_position(c: Client, group_name: str, dlq: str, q: QueueRef) -> int:
+    """The group's next dead letter: its position in its DLQ, or the DLQ's first message
+    still stored when retention deleted past it (or nothing was ever resent)."""
+    committed = c.committed(group_name, dlq, q)
+    lo, _hi = c.queue_offsets(dlq, skip_unavailable=True).get(q, (0, 0))
+    return max(committed, lo, 0)
 
 
 def resend_dead_letter(c: Client, group_name: str, node: str, offset: int) -> str:
@@ -366,7 +393,7 @@ def resend_dead_letter(c: Client, group_name: str, node: str, offset: int) -> st
     before it. Refusals are the store's (the user must be allowed to publish to the topic)."""
     dlq = DLQ_PREFIX + group_name
     q = _queue(c, dlq, node, 0)
-    done = max(c.committed(group_name, dlq, q), 0)
+    done = _dlq_position(c, group_name, dlq, q)
     if offset != done:
         raise ValueError(f"dead letters are resent in order: the next one on {node} is at offset {done}, not {offset}")
     got = c.pull(dlq, q, offset, max_messages=1).messages
@@ -378,21 +405,35 @@ def resend_dead_letter(c: Client, group_name: str, node: str, offset: int) -> st
         raise ValueError("this dead letter does not name its original topic")
     props = {k: v for k, v in m.properties.items() if k not in DROP_ON_RESEND}
     user_keys = [w for w in m.properties.get("KEYS", "").split(" ") if w]
-    res = c.send_batch(origin, [OutMessage(bytes(m.body), keys=user_keys, tags=m.tags, properties=props)])[0]
+    # a FIFO message goes back to its message group's queue (its order), as its first send did
+    res = c.send_batch(
+        origin, [OutMessage(bytes(m.body), keys=user_keys, tags=m.tags, properties=props)], key=props.get("__SHARDINGKEY") or None
+    )[0]
     if not res.ok:
         raise RuntimeError(f"the store refused the resend: {res.status} {res.error}")
-    c.commit(group_name, dlq, q, offset + 1)
+    try:
+        c.commit(group_name, dlq, q, offset + 1)
+    except StoreError as e:
+        return (
+            f"resent to {origin} as {res.message_id}, but the group's position in its DLQ did not move ({refusal(e)}): "
+            "it is listed again, do not resend it"
+        )
     return f"resent to {origin} as {res.message_id}"
 
 
 # ---------------------------------------------------------------------------------------------- timers
 
 
+SCHEDULED_WINDOW = 4096  # timer-queue entries the scheduled page reads (the newest): a page view is bounded
+
+
 def scheduled(c: Client, now_ms: int | None = None, limit: int = 100) -> list[MessageView]:
-    """Timed messages not yet due (deliver_at / delay in ms), from each node's timer topic."""
+    """Timed messages not yet due (deliver_at / delay in ms), soonest first, from the newest
+    SCHEDULED_WINDOW entries of each node's timer queue (a timer scheduled long ago behind many
+    newer ones is not listed: `msgstore pull rmq_sys_wheel_timer` reads it all). A recall is a
+    marker entry after the message naming its topic and UNIQ_KEY, as the store matches it."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     out: list[MessageView] = []
-    recalled: set[str] = set()  # a recall is a marker message naming the timed message's UNIQ_KEY
     try:
         offsets = c.queue_offsets(TIMER_TOPIC, skip_unavailable=True)
     except StoreError as e:
@@ -400,21 +441,58 @@ def scheduled(c: Client, now_ms: int | None = None, limit: int = 100) -> list[Me
             return []
         raise
     for q, (lo, hi) in offsets.items():
-        offset = lo
-        while offset < hi and len(out) < limit:
+        pending: list[MessageView] = []
+        recalled: dict[tuple[str, str], int] = {}  # (topic, UNIQ_KEY) -> the marker's offset
+        offset = max(lo, hi - SCHEDULED_WINDOW)
+        while offset < hi:
             got = c.pull(TIMER_TOPIC, q, offset, max_messages=64)
             if not got.messages:
                 break
             for m in got.messages:
                 v = MessageView.of(m, q.node)
                 if "TIMER_DEL_UNIQKEY" in v.properties:
-                    recalled.add(v.properties["TIMER_DEL_UNIQKEY"])
+                    recalled[(v.topic, v.properties["TIMER_DEL_UNIQKEY"])] = m.queue_offset
                 elif v.due_ms > now_ms:
-                    out.append(v)
+                    pending.append(v)
             offset = got.next_offset
-    return sorted((v for v in out if v.uniq_key not in recalled), key=lambda v: v.due_ms)[:limit]
+        out.extend(v for v in pending if recalled.get((v.topic, v.uniq_key), -1) < v.queue_offset)
+    return sorted(out, key=lambda v: v.due_ms)[:limit]
 
 
 def recall(c: Client, topic: str, due_ms: int, uniq_key: str, group_name: str) -> None:
     """Cancel a timed message before its time (RocketMQ 5.3's recall), as its sender could."""
     c.recall(RecallHandle(topic, due_ms, uniq_key, group_name).encode())
+
+
+# ---------------------------------------------------------------------------------------------- changes
+
+
+PERMS = {"6": "read and write", "4": "read only", "2": "write only"}
+MESSAGE_TYPES = ("", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED", "UNSPECIFIED")
+
+
+def change_topic(c: Client, name: str, queues: int, perm: int, message_type: str) -> str:
+    """Create the topic, or change it, on every node, as the CLI does; queues only grow here (a
+    shrink hides the messages in the queues it drops from consumers)."""
+    if queues < 0 or queues > 1024:
+        raise ValueError(f"queues: {queues} is out of range (1-1024, 0 keeps them)")
+    if queues:
+        have = max((ts[name].write_queue_nums for ts in c.topic_infos().values() if name in ts), default=0)
+        if queues < have:
+            raise ValueError(f"queues: {name} has {have} queues per node; they only grow here (a shrink would hide their messages)")
+    if str(perm) not in PERMS and perm != 0:
+        raise ValueError(f"perm: {perm} is not 6, 4 or 2")
+    if message_type not in MESSAGE_TYPES:
+        raise ValueError(f"message type: {message_type!r} is not one of {', '.join(t for t in MESSAGE_TYPES if t)}")
+    infos = c.create_topic(name, queues, perm=perm, message_type=message_type)
+    return f"topic {name}: {sum(i.write_queue_nums for i in infos)} queues over {len(infos)} node(s)"
+
+
+def change_group(c: Client, name: str, max_deliveries: int, fifo: bool | None) -> str:
+    """``fifo`` None leaves the group's order as it is (a page that could not read it must not
+    turn a FIFO group concurrent)."""
+    if max_deliveries < 0 or max_deliveries > 1000:
+        raise ValueError(f"max deliveries: {max_deliveries} is out of range (1-1000, 0 keeps it)")
+    c.update_group(name, max_deliveries=max_deliveries, fifo=fifo)
+    order = {True: "FIFO", False: "concurrent", None: "order kept"}[fifo]
+    return f"group {name}: {order}" + (f", at most {max_deliveries} deliveries" if max_deliveries else "")
