@@ -2,7 +2,9 @@
 
 - cost: batched sends (3 streams of 500 x 1 KiB) with the console closed, and with it open the
   way a person leaves it: a browser's worth of requests (the consumer-group page every 5 s, its
-  lag plot's data every 2 s, the cluster page every 10 s), alternating in one run; goal >= 0.95x;
+  lag plot's data every 2 s, the cluster page every 10 s), 6 rounds each in the order closed,
+  open, open, closed, ... in one run; the ratio of the medians; goal >= 0.95x. On this machine
+  the console, the store and the senders share 2 cores;
 - search: a search by key among 1,000,000 messages with distinct keys, through the console's
   page (HTTP, as the browser asks), p50/p99 over 50 random keys; goal <= 1 s.
 
@@ -28,7 +30,7 @@ from .bench_grpc import batched_send, start_server
 from .common import Measure
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
-ROUNDS = 3
+ROUNDS = 6
 SEARCH_MESSAGES = int(1_000_000 * SCALE)
 
 
@@ -87,13 +89,14 @@ def run(workdir: str) -> list[Measure]:
             batched_send(c, "bench", 3, total=30_000)  # warm-up
             console = Console(node.address, tempfile.mkdtemp(dir=workdir))
             closed, opened = [], []
-            for i in range(2 * ROUNDS):
-                with_console = i % 2 == 1
+            # closed, open, open, closed, ...: a drift over the run (the page cache filling) weighs on both alike
+            order = [False, True, True, False] * ((ROUNDS + 1) // 2)
+            for with_console in order[: 2 * ROUNDS]:
                 stop = threading.Event()
                 browser = threading.Thread(target=_browse, args=(console, stop), daemon=True) if with_console else None
                 if browser:
                     browser.start()
-                rate, _ = batched_send(c, "bench", 3, total=int(300_000 * max(SCALE, 0.1)))
+                rate, _ = batched_send(c, "bench", 3, total=int(600_000 * max(SCALE, 0.1)))
                 stop.set()
                 if browser:
                     browser.join(30)
@@ -101,8 +104,8 @@ def run(workdir: str) -> list[Measure]:
                 print(f"  batched sends, console {'open' if with_console else 'closed'}: {rate:,.0f} msg/s", flush=True)
             out.append(Measure("console cost: batched sends, console closed", "msg/s", closed))
             out.append(Measure("console cost: batched sends, console open and refreshing", "msg/s", opened))
-            ratios = [o / cl for o, cl in zip(opened, closed)]
-            out.append(Measure("console cost: open / closed", "x", ratios, target=">= 0.95"))
+            ratio = statistics.median(opened) / statistics.median(closed)
+            out.append(Measure("console cost: open / closed (medians)", "x", [ratio], target=">= 0.95"))
 
             # search by key among SEARCH_MESSAGES messages, each with its own key
             c.create_topic("search", 8)
@@ -123,8 +126,8 @@ def run(workdir: str) -> list[Measure]:
             assert 'id="result-count">1 message' in page, page[:2000]
         times.sort()
         p50, p99 = statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]
-        out.append(Measure(f"console search by key among {SEARCH_MESSAGES:,} messages, p50", "s", [p50]))
-        out.append(Measure(f"console search by key among {SEARCH_MESSAGES:,} messages, p99", "s", [p99], target="<= 1"))
+        out.append(Measure(f"console search by key among {SEARCH_MESSAGES:,} messages, p50", "ms", [p50 * 1000]))
+        out.append(Measure(f"console search by key among {SEARCH_MESSAGES:,} messages, p99", "ms", [p99 * 1000], target="<= 1000"))
         print(f"  search by key: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms", flush=True)
     finally:
         if console is not None:
