@@ -22,6 +22,7 @@ from tests.support.servers import ROOT, ServerProcess, free_port, wait_until
 
 ADMIN = "console-http-admin"
 READER = ("reader", "reader-secret-001")  # may read topic orders and group g, not the cluster
+OTHER = ("other", "other-secret-0001")
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -99,6 +100,7 @@ def checked_store(tmp_path):
         c.put_user(
             *READER, entries=[{"resource": "topic:orders", "actions": ["sub", "get"]}, {"resource": "group:g", "actions": ["sub", "get"]}]
         )
+        c.put_user(*OTHER, entries=[{"resource": "group:g", "actions": ["get"]}])
         c.create_topic("orders", 2)
     proc = console(node.address, tmp_path, "--admin-token-file", str(tmp_path / "admin"))
     yield node, proc
@@ -172,6 +174,20 @@ def test_a_checking_store_signs_people_in_and_hides_what_the_admin_token_reads_f
     assert 'id="retention"' not in b.call("/topics/orders")[1]
     assert "PERMISSION_DENIED" in b.call("/groups")[1]  # every group: the store says no, the page says so
     assert b.call("/groups/g")[0] == 200
+    # signing in again ends the session before: its cookie opens nothing any more
+    (old,) = [c.value for c in b.jar if c.name == "msgstore_console"]
+    assert b.sign_in(READER)[0] == 302
+    stale = Browser(proc.port)
+    stale.opener.addheaders = [("Cookie", f"msgstore_console={old}")]
+    status, _, where = stale.call("/groups/g")
+    assert status == 302 and where.startswith("/login")
+    # one user signing in again and again pushes out only their own sessions, never another's
+    someone_else, first = Browser(proc.port), Browser(proc.port)
+    assert someone_else.sign_in(OTHER)[0] == 302 and first.sign_in(READER)[0] == 302
+    for _ in range(12):
+        assert Browser(proc.port).sign_in(READER)[0] == 302
+    assert first.call("/groups/g")[0] == 302  # the reader's oldest went
+    assert someone_else.call("/groups/g")[0] == 200
 
 
 @pytest.mark.parametrize(

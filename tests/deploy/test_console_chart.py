@@ -79,6 +79,11 @@ def test_the_console_reaches_a_store_of_its_own_with_its_own_tls_secrets():
     assert objs["Role"]["rules"][0]["resourceNames"] == ["orders"]
     for doc in objs.values():
         validate(doc)
+    # the name checked in the store's certificate can be set; a client certificate alone turns no TLS on
+    a = args(rendered(*values, "--set", "console.tls.serverName=orders.example.org"))
+    assert "--server-name=orders.example.org" in a
+    a = args(rendered(*CONSOLE, "--set", "console.store=orders", "--set", "console.tls.clientSecret=console-cert"))
+    assert not any(x.startswith(("--tls-", "--server-name")) for x in a)
 
 
 def test_the_console_role_grants_exactly_what_its_kubernetes_page_calls():

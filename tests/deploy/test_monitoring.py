@@ -125,6 +125,12 @@ def test_the_chart_renders_the_dashboard_alerts_and_pod_monitor_from_its_files()
     assert op_pm["spec"]["selector"]["matchLabels"].items() <= op_template["metadata"]["labels"].items()
     (op_container,) = op_template["spec"]["containers"]
     assert op_pm["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in op_container["ports"]}
+    # its series name the stores' namespaces: Prometheus keeps them rather than the operator pod's
+    assert op_pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+    # store targets carry their component, so that MsgstoreDown sees a store pod that never answered
+    assert "app.kubernetes.io/component" in pm["spec"]["podTargetLabels"]
+    with open(RULES) as f:
+        assert 'up{app_kubernetes_io_component="store"} == 0' in f.read()
     assert {"name": "MSGSTORE_OPERATOR_METRICS", "value": "0.0.0.0:8081"} in op_container["env"]
     scoped = docs(helm("template", "r1", CHART, "--namespace", "team-a", "--set", "operator.scope=namespace", *MONITORING).stdout)
     (pm,) = [d for d in scoped if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-stores")]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 PER_QUEUE_SERIES_LIMIT = 2_000  # queues beyond which per-queue series give way to per-topic ones
@@ -150,10 +153,17 @@ def _topic_and_group_figures(store, queues) -> Iterator[CounterMetricFamily | Ga
         msgs_in.add_metric([topic], sum(hi for _q, _lo, hi in qs))
     yield msgs_in
     offsets = store.offsets
-    with offsets.lock:
-        table = {k: dict(v) for k, v in offsets.table.items()}
-    if len(table) > PER_QUEUE_SERIES_LIMIT:  # as for queues: beyond this, per-pair series would swamp a scrape
+    pairs = len(offsets.table)
+    truncated = GaugeMetricFamily(
+        "msgstore_group_series_truncated",
+        f"1 when the per topic-and-group series are left out (more than {PER_QUEUE_SERIES_LIMIT} pairs): lag alerts see nothing then",
+    )
+    truncated.add_metric([], 1 if pairs > PER_QUEUE_SERIES_LIMIT else 0)
+    yield truncated
+    if pairs > PER_QUEUE_SERIES_LIMIT:  # as for queues: beyond this, per-pair series would swamp a scrape
         return
+    with offsets.lock:  # (a copy, not the computation, under the lock commits take)
+        table = {k: dict(v) for k, v in offsets.table.items()}
     out = CounterMetricFamily(
         "rocketmq_messages_out_total", "Messages consumed per topic and group (committed offsets)", labels=["topic", "consumer_group"]
     )
@@ -237,14 +247,19 @@ class _ReplicaCollector:
             return
         from .ha_service import role_status
 
+        error: Exception | None = None
         for _ in range(2):
             try:
                 st = role_status(server)
                 break
-            except Exception:  # state the loop changed while this thread read it (a role change): retaken once
+            except Exception as e:  # state the loop changed while this thread read it (a role change): retaken once
+                error = e
                 continue
         else:
-            return  # skipped for this scrape, rather than failing the whole scrape during a failover
+            # skipped for this scrape, rather than failing the whole scrape during a failover; said,
+            # since the lag alerts and panels lean on msgstore_replica_is_master
+            log.warning("replica figures left out of this scrape: %s: %s", type(error).__name__, error)
+            return
         labels = ["group"]
         group = [st.group]
 

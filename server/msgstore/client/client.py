@@ -269,13 +269,14 @@ class Client(PopCalls):
             return self._call(again, method, request, timeout, node=queue.node)
 
     def close(self) -> None:
-        for stream in self._streams.values():
+        with self._lock:  # (another thread may be opening a channel meanwhile: a console's sampler)
+            streams, self._streams = list(self._streams.values()), {}
+            channels, self._channels = list(self._channels.values()), {}
+            self._stubs.clear()
+        for stream in streams:
             stream.close()
-        self._streams.clear()
-        for ch in self._channels.values():
+        for ch in channels:
             ch.close()
-        self._channels.clear()
-        self._stubs.clear()
 
     def __enter__(self) -> Client:
         return self

@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SESSION = web.AppKey("sessions", Sessions)
 OPTIONS = web.AppKey("options", dict)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
+REAPER = web.AppKey("reaper", asyncio.Task)
 
 
 def when(ms: int) -> str:
@@ -91,8 +92,10 @@ def make_app(make_client, *, admin: bool = False, kubernetes: str = "", sample_i
         # every store call runs in a thread: pages, plots' samplers and sign-ins share this pool,
         # sized so that a slow node (calls waiting out their deadline) does not stall the rest
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32, thread_name_prefix="console"))
+        app[REAPER] = asyncio.ensure_future(app[SESSION].reap())
 
     async def closing(app: web.Application) -> None:
+        app[REAPER].cancel()
         app[SESSION].close_all()
 
     app.on_startup.append(starting)
@@ -115,8 +118,11 @@ async def _session_middleware(request: web.Request, handler: Callable[[web.Reque
     fresh = None
     if s is None:
         if not await sessions.store_is_open():
-            raise web.HTTPFound("/login?next=" + urllib.parse.quote(request.path_qs, safe=""))
+            back = request.path_qs if request.method == "GET" else "/"  # (a form's POST cannot be gone back to)
+            raise web.HTTPFound("/login?next=" + urllib.parse.quote(back, safe=""))
         s = fresh = sessions.anonymous()
+    else:
+        s.fresh = False
     request["session"] = s
     try:
         response = await handler(request)
@@ -267,7 +273,7 @@ async def topics_page(request: web.Request) -> web.Response:
 async def topic_page(request: web.Request) -> web.Response:
     s: Session = request["session"]
     name = request.match_info["name"]
-    request.app[SESSION].watch(s, "topic", name)
+    request.app[SESSION].watch(s, "topic", name, s.fresh)
     data, error = await call(views.topic, s.client, name, request.app[SESSION].admin_client if s.cluster_reader else None)
     return render(
         request, "topic.html", name=name, topic=data, error=error, series=f"stored:{name}", perms=views.PERMS, types=views.MESSAGE_TYPES
@@ -327,7 +333,7 @@ async def groups_page(request: web.Request) -> web.Response:
 async def group_page(request: web.Request) -> web.Response:
     s: Session = request["session"]
     name = request.match_info["name"]
-    request.app[SESSION].watch(s, "group", name)
+    request.app[SESSION].watch(s, "group", name, s.fresh)
     data, error = await call(views.group, s.client, name)
     letters, letters_error = await call(views.dead_letters, s.client, name)
     return render(

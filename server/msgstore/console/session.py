@@ -31,7 +31,9 @@ COOKIE = "msgstore_console"
 IDLE_S = 30 * 60
 SAMPLE_IDLE_S = 5 * 60  # a session's plots stop sampling this long after its last request
 MAX_SESSIONS = 200  # signed in
+PER_USER = 10  # sessions of one access key: one user signing in again and again pushes out only their own
 MAX_ANONYMOUS = 1000
+MAX_SAMPLERS = 50  # sessions whose plots are sampled at once
 WATCHED = 8  # plots a session keeps sampling: the pages it looked at last
 OPEN_CHECK_S = 30
 
@@ -47,6 +49,7 @@ class Session:
     last_seen: float = field(default_factory=time.monotonic)
     flash: list[tuple[str, str]] = field(default_factory=list)  # (kind, text) shown once by the next page
     sampler: asyncio.Task | None = None
+    fresh: bool = True  # made by the request being served (a browser that has not come back yet)
     watched: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
 
     def close(self) -> None:
@@ -118,23 +121,38 @@ class Sessions:
         except BaseException:
             c.close()
             raise
+        own = [s for s in self.by_id.values() if s.user == access_key]
         signed = [s for s in self.by_id.values() if s.user is not None]
-        if len(signed) >= MAX_SESSIONS:  # the longest idle goes first
+        if len(own) >= PER_USER:
+            self.end(min(own, key=lambda x: x.last_seen))
+        elif len(signed) >= MAX_SESSIONS:  # the longest idle goes first
             self.end(min(signed, key=lambda x: x.last_seen))
         s = Session(secrets.token_urlsafe(32), c, access_key, cluster_reader=reader)
         self.by_id[s.id] = s
         log.info("console session for %s", access_key)
         return s
 
-    def watch(self, s: Session, kind: str, name: str) -> None:
-        """Plot ``name`` for this session from now on (its last WATCHED pages only); the sampler
-        starts with the first plot."""
+    def watch(self, s: Session, kind: str, name: str, fresh: bool = False) -> None:
+        """Plot ``name`` for this session from now on (its last WATCHED pages only). The sampler
+        starts with the first plot, except for a session made by this very request (a browser
+        that keeps no cookie would start one per request) and beyond MAX_SAMPLERS."""
         s.watched.pop((kind, name), None)
         s.watched[(kind, name)] = None
         while len(s.watched) > WATCHED:
-            s.watched.popitem(last=False)
-        if s.sampler is None:
+            (_kind, gone), _ = s.watched.popitem(last=False)
+            s.history.series.pop(f"{'lag' if _kind == 'group' else 'stored'}:{gone}", None)
+        running = sum(1 for x in self.by_id.values() if x.sampler is not None)
+        if s.sampler is None and not fresh and running < MAX_SAMPLERS:
             s.sampler = asyncio.ensure_future(self._sample(s))
+
+    async def reap(self, every: float = 60.0) -> None:
+        """End sessions idle for IDLE_S (their clients' connections go with them), whether or
+        not a plot's sampler would have noticed."""
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for s in [s for s in self.by_id.values() if now - s.last_seen > IDLE_S]:
+                self.end(s)
 
     def end(self, s: Session) -> None:
         self.by_id.pop(s.id, None)
@@ -153,23 +171,24 @@ class Sessions:
         client and its connections for ever."""
         while s.id in self.by_id:
             idle = time.monotonic() - s.last_seen
-            if idle > IDLE_S:
-                self.end(s)
+            if idle > SAMPLE_IDLE_S:  # nobody looks: the next plot a page asks for starts it again
+                s.sampler = None
                 return
-            if idle < SAMPLE_IDLE_S and s.watched:
+            if s.watched:
                 await asyncio.to_thread(sample, s)
             await asyncio.sleep(self.sample_interval)
 
 
 def _reads_cluster(c: Client) -> bool:
-    """Whether the user may read the cluster (every group, the store's `cluster get`)."""
+    """Whether the user may read the cluster (every group, the store's `cluster get`). Anything
+    but a yes from every node is a no: a node that does not answer must not keep people from
+    signing in during the very incident they come to look at (they sign in again to retry)."""
+    skipped: list[str] = []  # (nodes down are skipped, not waited for, and then the answer is no)
     try:
-        c.describe_groups()
-        return True
-    except StoreError as e:
-        if e.code.name in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
-            return False
-        raise
+        c.describe_groups(skipped=skipped)
+        return not skipped
+    except StoreError:
+        return False
 
 
 def sample(s: Session) -> None:
