@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 
@@ -50,6 +51,13 @@ class Metrics:
         return self._server
 
 
+def _gauge(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> GaugeMetricFamily:
+    """One gauge of one series (``labels``: its label names and values)."""
+    g = GaugeMetricFamily(name, doc, labels=list(labels or {}))
+    g.add_metric(list((labels or {}).values()), float(value))
+    return g
+
+
 class _StoreCollector:
     """Gauges taken from the store at scrape time (no bookkeeping on the hot path)."""
 
@@ -66,11 +74,7 @@ class _StoreCollector:
         st = store.status()
         rec = st["recovery"]
 
-        def gauge(name, doc, value):
-            g = GaugeMetricFamily(name, doc)
-            g.add_metric([], float(value))
-            return g
-
+        gauge = _gauge
         yield gauge("msgstore_up", "1 when the store serves requests", 1 if st["state"] == "running" else 0)
         yield gauge(
             "msgstore_disk_usage_ratio", "Used share of the commit-log partition", -1 if st["disk_usage"] is None else st["disk_usage"]
@@ -241,9 +245,7 @@ class _ReplicaCollector:
         if server is None or server.store is None or server.store.state != "running":
             return
         if server.replica is None:  # a node of its own is its own group's master (the alerts and dashboard rely on it)
-            g = GaugeMetricFamily("msgstore_replica_is_master", "1 on the group's master, 0 on a follower", labels=["group"])
-            g.add_metric([server.node_name], 1.0)
-            yield g
+            yield _gauge("msgstore_replica_is_master", "1 on the group's master, 0 on a follower", 1, {"group": server.node_name})
             return
         from .ha_service import role_status
 
@@ -260,14 +262,7 @@ class _ReplicaCollector:
             # since the lag alerts and panels lean on msgstore_replica_is_master
             log.warning("replica figures left out of this scrape: %s: %s", type(error).__name__, error)
             return
-        labels = ["group"]
-        group = [st.group]
-
-        def gauge(name, doc, value, names=labels, values=group):
-            g = GaugeMetricFamily(name, doc, labels=names)
-            g.add_metric(values, float(value))
-            return g
-
+        gauge = functools.partial(_gauge, labels={"group": st.group})
         master = st.role == "MASTER"
         yield gauge("msgstore_replica_is_master", "1 on the group's master, 0 on a follower", 1 if master else 0)
         yield gauge("msgstore_replica_epoch", "The member's epoch", st.epoch)

@@ -43,13 +43,33 @@ def credentials(args) -> tuple[str | None, str | None]:
 
 
 def open_client(args, send_streams: bool = True):
-    from ..client import Client
-
     access_key, secret_key = credentials(args)
-    return Client(
-        args.server,
+    return connect(
+        args,
         token=read_token(args.token_file, args.token_env),
         admin_token=read_token(args.admin_token_file, args.admin_token_env),
+        access_key=access_key,
+        secret_key=secret_key,
+        send_streams=send_streams,
+    )
+
+
+def connect(
+    args,
+    *,
+    token: str | None = None,
+    admin_token: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    send_streams: bool = True,
+):
+    """A client for the connection flags (--server, TLS, --timeout) with the identity given."""
+    from ..client import Client
+
+    return Client(
+        args.server,
+        token=token,
+        admin_token=admin_token,
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

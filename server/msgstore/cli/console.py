@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import read_token
+from .common import connect, read_token
 
 
 def cmd_console(args) -> int:
@@ -27,18 +27,7 @@ def cmd_console(args) -> int:
     def make_client(access_key: str | None, secret_key: str | None, admin: bool = False) -> Client:
         """A user's client carries their keys and nothing else: the admin token is a full identity
         on the data plane too, so it goes only into the client of the read-only status views."""
-        return Client(
-            args.server,
-            admin_token=admin_token if admin else None,
-            tls_ca=args.tls_ca,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            server_name=args.server_name,
-            access_key=access_key,
-            secret_key=secret_key,
-            timeout=args.timeout,
-            send_streams=False,
-        )
+        return connect(args, admin_token=admin_token if admin else None, access_key=access_key, secret_key=secret_key, send_streams=False)
 
     app = make_app(make_client, admin=admin_token is not None, kubernetes=args.kubernetes or "", sample_interval=args.sample_interval)
     print(f"msgstore console on http://{args.host}:{args.port} for {args.server}", file=sys.stderr, flush=True)
