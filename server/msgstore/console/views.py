@@ -368,9 +368,10 @@ def dead_letters(c: Client, group_name: str, limit: int = 50) -> list[dict[str, 
         if e.code.name == "NOT_FOUND":
             return []
         raise
+    offsets = c.queue_offsets(dlq, skip_unavailable=True)  # (every node's, read once)
     for node in nodes:
         q = QueueRef(node.name, node.address, 0)
-        done = _dlq_position(c, group_name, dlq, q)
+        done = _dlq_position(c, group_name, dlq, q, offsets)
         for m in c.pull(dlq, q, done, max_messages=limit).messages:
             v = MessageView.of(m, node.name)
             out.append({"message": v, "origin": v.properties.get("DLQ_ORIGIN_TOPIC", ""), "next": m.queue_offset == done})
@@ -378,11 +379,14 @@ def dead_letters(c: Client, group_name: str, limit: int = 50) -> list[dict[str, 
     return out
 
 
-def _dlq_position(c: Client, group_name: str, dlq: str, q: QueueRef) -> int:
+def _dlq_position(c: Client, group_name: str, dlq: str, q: QueueRef, offsets: dict[QueueRef, tuple[int, int]] | None = None) -> int:
     """The group's next dead letter: its position in its DLQ, or the DLQ's first message
-    still stored when retention deleted past it (or nothing was ever resent)."""
+    still stored when retention deleted past it (or nothing was ever resent). ``offsets``: the
+    DLQ's queue offsets when the caller has them already."""
     committed = c.committed(group_name, dlq, q)
-    lo, _hi = c.queue_offsets(dlq, skip_unavailable=True).get(q, (0, 0))
+    if offsets is None:
+        offsets = c.queue_offsets(dlq, skip_unavailable=True)
+    lo, _hi = offsets.get(q, (0, 0))
     return max(committed, lo, 0)
 
 
