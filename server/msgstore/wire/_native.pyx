@@ -718,9 +718,11 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
 def encode_send_response(Py_ssize_t n, str node, list groups, uint64_t request_id=0):
     """SendResponse wire bytes. ``groups``: (entry indices, status, queue_id, first queue
     offset or -1, first phy offset, sizes, store host bytes, error) — a stored group gets
-    consecutive offsets and ids, a failed one its status and error for each entry."""
-    cdef list parts = [None] * n
-    cdef Py_ssize_t i, j, m, idlen, elen, hl, errlen, nodelen
+    consecutive offsets and ids, a failed one its status and error for each entry.
+
+    Results are written into one scratch buffer in group order and copied out in request
+    order: a bytes object per result made a 500-message answer cost ~250 µs (issue 30)."""
+    cdef Py_ssize_t i, j, k, m, idlen, body, elen, hl, errlen, cap = 0, used = 0, total = 0
     cdef int status
     cdef int32_t qid
     cdef int64_t qoff, phy
@@ -728,45 +730,86 @@ def encode_send_response(Py_ssize_t n, str node, list groups, uint64_t request_i
     cdef char buf[200]
     cdef char hexbuf[56]
     cdef char* w
-    cdef const char* ep
+    cdef char* scratch = NULL
+    cdef char* out
+    cdef Py_ssize_t* spans = NULL  # (start, length) of each result's field in scratch, by request index
     cdef list idx, sizes
     for g in groups:
-        idx, status, qid, qoff, phy, sizes, host, error = g
-        hl = PyBytes_GET_SIZE(host)
-        err_b = (<str>error).encode("utf-8") if error else b""
-        errlen = PyBytes_GET_SIZE(err_b)
-        for j in range(len(idx)):
-            elen = 0
-            w = buf
-            if status:
-                w[0] = 0x08
-                w = put_varint(w + 1, <uint64_t>status)
-            if qoff >= 0:
-                idlen = hex_message_id(hexbuf, <const uint8_t*>PyBytes_AS_STRING(host), hl, phy)
-                w = put_bytes_field(w, 0x12, hexbuf, idlen)
-            if qid:
-                w[0] = 0x18
-                w = put_varint(w + 1, <uint64_t><int64_t>qid)
-            if qoff > 0:
-                w[0] = 0x20
-                w = put_varint(w + 1, <uint64_t>qoff)
-            if qoff >= 0 and phy:
-                w[0] = 0x28
-                w = put_varint(w + 1, <uint64_t>phy)
-            elen = w - buf
-            if errlen:
-                part = bytes(buf[:elen]) + b"\x32" + _varint_bytes(errlen) + err_b
-            else:
-                part = bytes(buf[:elen])
-            parts[<Py_ssize_t>idx[j]] = b"\x0a" + _varint_bytes(len(part)) + part
-            if qoff >= 0:
-                phy += <int32_t>sizes[j]
-                qoff += 1
-    node_b = node.encode("utf-8")
-    tail = (b"\x12" + _varint_bytes(len(node_b)) + node_b) if node_b else b""
-    if request_id:
-        tail += b"\x18" + _varint_bytes(request_id)
-    return b"".join(parts) + tail
+        err = g[7]
+        cap += len(<list>g[0]) * (16 + sizeof(buf) + (len((<str>err).encode("utf-8")) if err else 0))
+    spans = <Py_ssize_t*>PyMem_Malloc((2 * n + 1) * sizeof(Py_ssize_t))
+    scratch = <char*>PyMem_Malloc(cap + 1)
+    if spans == NULL or scratch == NULL:
+        PyMem_Free(spans)
+        PyMem_Free(scratch)
+        raise MemoryError()
+    try:
+        for i in range(2 * n):
+            spans[i] = -1
+        for g in groups:
+            idx, status, qid, qoff, phy, sizes, host, error = g
+            hl = PyBytes_GET_SIZE(host)
+            err_b = (<str>error).encode("utf-8") if error else b""
+            errlen = PyBytes_GET_SIZE(err_b)
+            m = len(idx)
+            if qoff >= 0 and len(sizes) < m:
+                raise ValueError("encode_send_response: fewer sizes than entries")
+            for j in range(m):
+                k = <Py_ssize_t>idx[j]
+                if k < 0 or k >= n:
+                    raise IndexError(f"encode_send_response: entry index {k} outside 0..{n - 1}")
+                w = buf
+                if status:
+                    w[0] = 0x08
+                    w = put_varint(w + 1, <uint64_t>status)
+                if qoff >= 0:
+                    idlen = hex_message_id(hexbuf, <const uint8_t*>PyBytes_AS_STRING(host), hl, phy)
+                    w = put_bytes_field(w, 0x12, hexbuf, idlen)
+                if qid:
+                    w[0] = 0x18
+                    w = put_varint(w + 1, <uint64_t><int64_t>qid)
+                if qoff > 0:
+                    w[0] = 0x20
+                    w = put_varint(w + 1, <uint64_t>qoff)
+                if qoff >= 0 and phy:
+                    w[0] = 0x28
+                    w = put_varint(w + 1, <uint64_t>phy)
+                body = w - buf
+                elen = body + (1 + varint_len(<uint64_t>errlen) + errlen if errlen else 0)
+                spans[2 * k] = used
+                w = scratch + used
+                w[0] = 0x0a
+                w = put_varint(w + 1, <uint64_t>elen)
+                memcpy(w, buf, body)
+                w += body
+                if errlen:
+                    w[0] = 0x32
+                    w = put_varint(w + 1, <uint64_t>errlen)
+                    memcpy(w, PyBytes_AS_STRING(err_b), errlen)
+                    w += errlen
+                spans[2 * k + 1] = (w - scratch) - used
+                used = w - scratch
+                if qoff >= 0:
+                    phy += <int32_t>sizes[j]
+                    qoff += 1
+        for i in range(n):
+            if spans[2 * i] < 0:
+                raise ValueError(f"encode_send_response: no result for entry {i}")
+            total += spans[2 * i + 1]
+        node_b = node.encode("utf-8")
+        tail = (b"\x12" + _varint_bytes(len(node_b)) + node_b) if node_b else b""
+        if request_id:
+            tail += b"\x18" + _varint_bytes(request_id)
+        result = PyBytes_FromStringAndSize(NULL, total + len(tail))
+        out = PyBytes_AS_STRING(result)
+        for i in range(n):
+            memcpy(out, scratch + spans[2 * i], spans[2 * i + 1])
+            out += spans[2 * i + 1]
+        memcpy(out, PyBytes_AS_STRING(tail), len(tail))
+        return result
+    finally:
+        PyMem_Free(spans)
+        PyMem_Free(scratch)
 
 
 cdef bytes _varint_bytes(uint64_t v):
