@@ -472,6 +472,7 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
     cdef char* rec
     cdef char* w
     cdef list members = []
+    cdef object crc
     cdef list sizes = [], tags_codes = [], sys_flags = [], takes = [], key_hashes = [], key_owner = []
     cdef Py_ssize_t store_len = PyBytes_GET_SIZE(store_host), born_len = PyBytes_GET_SIZE(born_host)
     cdef bytes topic_b = gkey[0]
@@ -495,7 +496,8 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
         e = entries + <Py_ssize_t>members[idx]
         put32(rec, e.size)
         put32(rec + 4, MAGIC_V1)
-        put32(rec + 8, <int32_t>(crc_fn(PyMemoryView_FromMemory(<char*>(base + e.body.off), e.body.len, PyBUF_READ)) & 0x7FFFFFFF))
+        crc = crc_fn(PyMemoryView_FromMemory(<char*>(base + e.body.off), e.body.len, PyBUF_READ))
+        put32(rec + 8, <int32_t>(<uint32_t>(<unsigned long>crc) & 0x7FFFFFFF))  # masked in C: no Python int per record
         put32(rec + 12, e.queue_id)
         put32(rec + 16, e.flag)
         put64(rec + 20, 0)
@@ -547,8 +549,6 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
         out.c_sizes[idx] = e.size
         out.c_flags[idx] = sf
         sizes.append(e.size)
-        sys_flags.append(sf)
-        takes.append(True)
         tags_codes.append(e.tags_code)
         if e.uniq.len:
             key_hashes.append(index_hash(jh_utf8(prefix, base + e.uniq.off, e.uniq.len)))
@@ -558,6 +558,8 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
             key_hashes.append(index_hash(jh_utf8(prefix, base + sp.off, sp.len)))
             key_owner.append(idx)
         rec += e.size
+    sys_flags = [sf] * n  # the same for every record of the request
+    takes = [True] * n
     out.data = data
     out.n = n
     out.total = total
