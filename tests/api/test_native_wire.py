@@ -85,6 +85,7 @@ def test_transcode_agrees_with_the_protobuf_path(plane, items, wait):
     assert [(t, q, idx) for t, q, _, idx in groups] == [(t, q, idx) for t, q, _, idx in expected]
     for (_, _, nb, _), (_, _, pbatch, _) in zip(groups, expected):
         assert nb.sizes == pbatch.sizes and nb.tags_codes == pbatch.tags_codes
+        assert nb.sys_flags == pbatch.sys_flags and nb.takes_offset == pbatch.takes_offset
         assert sorted(zip(nb.key_owner, nb.key_hashes)) == sorted(zip(pbatch.key_owner, pbatch.key_hashes))
         assert nb.wait_flush == pbatch.wait_flush
         for a, b in zip(_records(nb), _records(pbatch)):
@@ -212,6 +213,27 @@ def test_the_broker_s_entries_are_recognised_by_their_properties_and_topics_neve
     for topic in ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_anything"):
         assert transcode(pb.SendEntry(topic=topic, body=b"x")) is None, topic
     assert transcode(pb.SendEntry(topic="rmq_sys", body=b"x")) is not None  # a prefix alone is not one of them
+
+
+def test_client_encoding_takes_any_buffer_and_writes_the_properties_it_sized():
+    """Bodies may be bytearray or memoryview; properties are read once (a snapshot), so an
+    attribute that changes a shared dict between the passes cannot make the writer overrun."""
+    shared = {"k": "v"}
+
+    class Sneaky(OutMessage):
+        @property  # type: ignore[override]
+        def flag(self) -> int:
+            shared["k"] = "v" * 1000
+            return 0
+
+        @flag.setter
+        def flag(self, _value: int) -> None:
+            pass
+
+    msgs = [OutMessage(bytearray(b"ab"), properties=shared), OutMessage(memoryview(b"cd")), Sneaky(b"ef")]
+    got = pb.SendRequest.FromString(encode_send("T", 0, msgs, None))
+    assert [e.body for e in got.entries] == [b"ab", b"cd", b"ef"]
+    assert dict(got.entries[0].properties) == {"k": "v"}  # what it held when it was sized
 
 
 def test_send_response_keeps_request_order_long_errors_and_refuses_a_missing_or_stray_entry():

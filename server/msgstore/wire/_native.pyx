@@ -7,6 +7,7 @@ reference and the fallback; the record layout itself is the record codec's (``re
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsUnsignedLongMask
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -497,7 +498,7 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
         put32(rec, e.size)
         put32(rec + 4, MAGIC_V1)
         crc = crc_fn(PyMemoryView_FromMemory(<char*>(base + e.body.off), e.body.len, PyBUF_READ))
-        put32(rec + 8, <int32_t>(<uint32_t>(<unsigned long>crc) & 0x7FFFFFFF))  # masked in C: no Python int per record
+        put32(rec + 8, <int32_t>(PyLong_AsUnsignedLongMask(crc) & 0x7FFFFFFF))  # masked in C: no Python int per record
         put32(rec + 12, e.queue_id)
         put32(rec + 16, e.flag)
         put64(rec + 20, 0)
@@ -632,7 +633,8 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
     cdef object m, body, key, keys, kk, props, k, v, tags, uniq, flag
     cdef list bodies = [None] * count
     cdef list keylists = [None] * count
-    cdef list propdicts = [None] * count
+    cdef list propdicts = [None] * count  # each message's properties as a list of (key, value)
+    cdef list items
     cdef list held = [None] * (2 * count)  # the tags and uniq_key strs whose UTF-8 pass 2 copies
     cdef list kl
     cdef char* w
@@ -675,8 +677,9 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
                 elen += str_field_len(f.uniq_len)
             props = m.properties
             if props:
-                propdicts[i] = props
-                for k, v in props.items():
+                items = list(props.items())  # a snapshot: pass 2 writes exactly what was sized
+                propdicts[i] = items
+                for k, v in items:
                     PyUnicode_AsUTF8AndSize(k, &klen)
                     PyUnicode_AsUTF8AndSize(v, &vlen)
                     mlen = str_field_len(klen) + str_field_len(vlen)
@@ -717,9 +720,9 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
                     w += n
             if f.uniq_len:
                 w = put_bytes_field(w, 0x32, f.uniq, f.uniq_len)
-            props = propdicts[i]
-            if props is not None:
-                for k, v in props.items():
+            items = propdicts[i]
+            if items is not None:
+                for k, v in items:
                     s = PyUnicode_AsUTF8AndSize(k, &klen)
                     vs = PyUnicode_AsUTF8AndSize(v, &vlen)
                     mlen = str_field_len(klen) + str_field_len(vlen)
@@ -741,6 +744,8 @@ def encode_send_request(str topic, int queue_id, list messages, int wait_flush, 
         if request_id:
             w[0] = 0x20
             w = put_varint(w + 1, request_id)
+        if w != PyBytes_AS_STRING(out) + total:  # cannot happen with the snapshots above; a guard, not a path
+            raise RuntimeError(f"encode_send_request: wrote {w - PyBytes_AS_STRING(out)} bytes of {total}")
         return out
     finally:
         PyMem_Free(fields)
@@ -767,7 +772,7 @@ def encode_send_response(Py_ssize_t n, str node, list groups, uint64_t request_i
     cdef list idx, sizes
     for g in groups:
         err = g[7]
-        cap += len(<list>g[0]) * (16 + sizeof(buf) + (len((<str>err).encode("utf-8")) if err else 0))
+        cap += len(g[0]) * (16 + sizeof(buf) + (len((<str>err).encode("utf-8")) if err else 0))
     spans = <Py_ssize_t*>PyMem_Malloc((2 * n + 1) * sizeof(Py_ssize_t))
     scratch = <char*>PyMem_Malloc(cap + 1)
     if spans == NULL or scratch == NULL:
