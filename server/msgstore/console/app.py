@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ..client import StoreError
 from . import kube, views
-from .session import COOKIE, Session, Sessions
+from .session import COOKIE, Session, Sessions, series_name
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,14 @@ async def topic_page(request: web.Request) -> web.Response:
     request.app[SESSION].watch(s, "topic", name, s.fresh)
     data, error = await call(views.topic, s.client, name, request.app[SESSION].admin_client if s.cluster_reader else None)
     return render(
-        request, "topic.html", name=name, topic=data, error=error, series=f"stored:{name}", perms=views.PERMS, types=views.MESSAGE_TYPES
+        request,
+        "topic.html",
+        name=name,
+        topic=data,
+        error=error,
+        series=series_name("topic", name),
+        perms=views.PERMS,
+        types=views.MESSAGE_TYPES,
     )
 
 
@@ -337,7 +344,14 @@ async def group_page(request: web.Request) -> web.Response:
     data, error = await call(views.group, s.client, name)
     letters, letters_error = await call(views.dead_letters, s.client, name)
     return render(
-        request, "group.html", name=name, group=data, error=error, letters=letters or [], letters_error=letters_error, series=f"lag:{name}"
+        request,
+        "group.html",
+        name=name,
+        group=data,
+        error=error,
+        letters=letters or [],
+        letters_error=letters_error,
+        series=series_name("group", name),
     )
 
 

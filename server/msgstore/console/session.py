@@ -36,6 +36,7 @@ MAX_ANONYMOUS = 1000
 MAX_SAMPLERS = 50  # sessions whose plots are sampled at once
 WATCHED = 8  # plots a session keeps sampling: the pages it looked at last
 OPEN_CHECK_S = 30
+SERIES = {"group": "lag", "topic": "stored"}  # what a watched page plots, by the page's kind
 
 
 @dataclass
@@ -139,10 +140,8 @@ class Sessions:
         s.watched.pop((kind, name), None)
         s.watched[(kind, name)] = None
         while len(s.watched) > WATCHED:
-            (_kind, gone), _ = s.watched.popitem(last=False)
-            s.history.series.pop(f"{'lag' if _kind == 'group' else 'stored'}:{gone}", None)
-        running = sum(1 for x in self.by_id.values() if x.sampler is not None)
-        if s.sampler is None and not fresh and running < MAX_SAMPLERS:
+            s.history.series.pop(series_name(*s.watched.popitem(last=False)[0]), None)
+        if s.sampler is None and not fresh and sum(1 for x in self.by_id.values() if x.sampler is not None) < MAX_SAMPLERS:
             s.sampler = asyncio.ensure_future(self._sample(s))
 
     async def reap(self, every: float = 60.0) -> None:
@@ -191,14 +190,20 @@ def _reads_cluster(c: Client) -> bool:
         return False
 
 
+def series_name(kind: str, name: str) -> str:
+    """The history key of a watched page's plot (``lag:GROUP``, ``stored:TOPIC``): the sampler
+    writes it, the pages name it, and a page no longer watched drops it."""
+    return f"{SERIES[kind]}:{name}"
+
+
 def sample(s: Session) -> None:
     at = time.time()
     for kind, name in list(s.watched):
         try:
             if kind == "group":
-                s.history.add(f"lag:{name}", views.lag_of(s.client, name), at)
+                s.history.add(series_name(kind, name), views.lag_of(s.client, name), at)
             elif kind == "topic":
                 _held, stored = views.held(s.client, name)
-                s.history.add(f"stored:{name}", stored, at)
+                s.history.add(series_name(kind, name), stored, at)
         except Exception as e:  # a node down, a refusal, a name that is no topic: a gap in that plot only
             log.debug("sampling %s %s for %s: %s", kind, name, s.user, e)
