@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.join(ROOT, "server") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "server"))
 
-from msgstore.store import MessageStore  # noqa: E402
+from msgstore.store import FixedDiskProbe, MessageStore  # noqa: E402
 
 # Small files so tests create many segments without writing gigabytes.
 SMALL = {
@@ -39,7 +39,9 @@ def make_store(tmp_path):
         kw = {}
         if syncer is not None:
             kw["syncer"] = syncer
-        store = MessageStore(str(root or tmp_path / "store"), cfg, clock=clock, disk_probe=disk_probe, **kw)
+        # the host's disk is not the test's: a CI disk at 86 % once made a cleaner delete by force
+        probe = disk_probe if disk_probe is not None else FixedDiskProbe(0.1)
+        store = MessageStore(str(root or tmp_path / "store"), cfg, clock=clock, disk_probe=probe, **kw)
         opened.append(store)
         if start:
             store.start()

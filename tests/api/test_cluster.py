@@ -52,7 +52,10 @@ def test_failover_when_a_node_is_killed_and_consumption_from_all(cluster):
     consumer = Consumer(client, "billing", "orders")
     bodies = []
     while len(bodies) < 450:
-        batch = consumer.poll(timeout=3)
+        # the client's channel to the returned node may still be in its reconnect backoff (up
+        # to ~2.4 s) after the route shows it ready: a poll waits its whole timeout (it once
+        # gave up after one 1 s long poll, and CI saw "stalled at 350")
+        batch = consumer.poll(timeout=10)
         assert batch, f"stalled at {len(bodies)}"
         bodies.extend(r.body for r in batch)
     assert sorted(bodies) == sorted([b"before-%d" % i for i in range(300)] + [b"after-%d" % i for i in range(150)])

@@ -163,6 +163,33 @@ def test_an_idle_consumer_waits_in_one_call_per_node(tmp_path):
         assert proxy.calls["PullQueues"] == 5  # a round that found nothing (4 calls of 8 queues), then the long poll
 
 
+def test_a_poll_waits_its_whole_timeout_over_several_long_polls(tmp_path):
+    """poll(timeout=30) with 200 ms long polls returned [] after the first of them; it now polls
+    again until its timeout (between long polls it looks for nodes that came back)."""
+    with _behind_proxy(tmp_path) as (_node, proxy, c):
+        got: dict[str, list] = {"sync": [], "aio": []}
+
+        def sync_poll() -> None:
+            got["sync"] += Consumer(c, None, "sync", long_poll_ms=200).poll(timeout=30)
+
+        async def aio_poll() -> None:
+            async with AsyncClient(c.route("aio").nodes[0].address, timeout=10) as ac:  # (the proxy's)
+                async with AsyncConsumer(ac, None, "aio", long_poll_ms=200) as consumer:
+                    got["aio"] += await consumer.poll(timeout=30)
+
+        for topic, run in (("sync", sync_poll), ("aio", lambda: asyncio.run(aio_poll()))):
+            c.create_topic(topic, 8)
+            before = proxy.calls["PullQueues"]
+            t = threading.Thread(target=run)
+            t.start()
+            # a round that found nothing, then several long polls, all in the one poll
+            wait_until(lambda b=before: proxy.calls["PullQueues"] >= b + 8, timeout=10, what="long polls one after another")
+            assert t.is_alive()
+            c.send_batch(topic, [OutMessage(b"late")], queue=_queues(c, topic)[3])
+            t.join(10)
+            assert [bytes(r.body) for r in got[topic]] == [b"late"], topic
+
+
 def test_a_node_without_pull_queues_is_pulled_queue_by_queue(tmp_path):
     with _behind_proxy(tmp_path, older=frozenset({"PullQueues"})) as (_node, proxy, c):
         c.create_topic("old", 4)

@@ -11,7 +11,7 @@ import grpc
 
 from .aio import AsyncClient
 from .client import StoreError, pull_result
-from .consumer import CLAIM_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector
+from .consumer import CLAIM_RETRY_S, IDLE_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
 from .routing import QueueRef
 
@@ -175,8 +175,21 @@ class AsyncConsumer:
                         pass
 
     async def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        """Messages from any queue, waiting up to ``timeout`` seconds for some (long polls of
+        at most ``long_poll_ms`` each, the group followed between them), as Consumer.poll."""
         if self._closed:
             raise RuntimeError("the consumer is closed")
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            began = time.monotonic()
+            out = await self._poll_once(max(deadline - began, 0.0) if timeout > 0 else 0.0)
+            now = time.monotonic()
+            if out or timeout <= 0 or now >= deadline or self._closed:
+                return out
+            if now - began < IDLE_RETRY_S:  # every node refused at once (all down): do not spin
+                await asyncio.sleep(min(IDLE_RETRY_S, deadline - now))
+
+    async def _poll_once(self, timeout: float) -> list[ConsumerRecord]:
         if self.clustering:
             await self._rebalance()
         queues = list(self.positions)

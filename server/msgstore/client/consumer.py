@@ -42,6 +42,7 @@ MISSING_REFRESH_S = 2.0  # ... and while a node is down or a queue has no positi
 PARALLEL_PULLS = 4  # calls in flight at once (measured with a Pull per queue: 1 → 60k, 4 → 97k msg/s on 2 cores)
 MAX_QUEUES_PER_CALL = 256  # queues per PullQueues call (the server takes up to 1024)
 CLAIM_RETRY_S = 0.1  # how soon a queue allocated to us but still held by another member is asked for again
+IDLE_RETRY_S = 0.1  # the pause in a poll whose calls all failed at once, before it tries again
 
 
 @dataclass
@@ -361,10 +362,24 @@ class Consumer:
         return any(not n.ready for n in route.nodes) or any(q not in self.positions for q in route.queues)
 
     def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
-        """Messages from any queue: one concurrent round of pulls over the queues (the server
-        and the network overlap with decoding), else a long poll of all of them."""
+        """Messages from any queue, waiting up to ``timeout`` seconds for some: one concurrent
+        round of pulls over the queues (the server and the network overlap with decoding), else
+        long polls of all of them until the timeout. Between long polls (each at most
+        ``long_poll_ms``) the consumer looks again for queues it could not reach, so a node
+        that returns within the timeout is read within it."""
         if self._closed:
             raise RuntimeError("the consumer is closed")
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            began = time.monotonic()
+            out = self._poll_once(max(deadline - began, 0.0) if timeout > 0 else 0.0)
+            now = time.monotonic()
+            if out or timeout <= 0 or now >= deadline or self._closed:
+                return out
+            if now - began < IDLE_RETRY_S:  # every node refused at once (all down): do not spin
+                self._stopped.wait(min(IDLE_RETRY_S, deadline - now))
+
+    def _poll_once(self, timeout: float) -> list[ConsumerRecord]:
         age = time.monotonic() - self._refreshed_at
         if (not self.positions and not self.clustering) or age > REFRESH_S or (age > MISSING_REFRESH_S and self._incomplete()):
             self.refresh()
