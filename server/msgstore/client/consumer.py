@@ -193,6 +193,7 @@ class Consumer:
         self._recheck = False  # a pull saw the group change
         self._beat_lock = threading.Lock()
         self._stopped = threading.Event()
+        self._caught_up = False  # the last poll came back short: the next long-polls at once
         self._closed = False
         self._beats: threading.Thread | None = None
         self.refresh()
@@ -362,9 +363,10 @@ class Consumer:
         return any(not n.ready for n in route.nodes) or any(q not in self.positions for q in route.queues)
 
     def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
-        """Messages from any queue, waiting up to ``timeout`` seconds for some: one concurrent
-        round of pulls over the queues (the server and the network overlap with decoding), else
-        long polls of all of them until the timeout. Between long polls (each at most
+        """Messages from any queue, waiting up to ``timeout`` seconds for some: behind, a
+        concurrent round of pulls over the queues (the server and the network overlap with
+        decoding); caught up (the last poll came back short), at once a long poll of all of them
+        in one call per node, answered as soon as something is there. Between long polls (each at most
         ``long_poll_ms``) the consumer looks again for queues it could not reach, so a node
         that returns within the timeout is read within it."""
         if self._closed:
@@ -393,6 +395,20 @@ class Consumer:
             return []
         order = [queues[(self._next + i) % n] for i in range(n)]
         self._next = (self._next + 1) % n
+        if self._caught_up and timeout > 0:
+            out = self._long_poll(order, timeout)
+        else:
+            out = self._round_then_wait(order, timeout)
+        # a short answer means we are at the queues' ends: the next poll's round would find
+        # little, at PARALLEL_PULLS calls per node where the long poll makes one and answers at
+        # once when something is there (a consumer of a 1,000-call/s trickle cost the store 5
+        # calls per arrival)
+        self._caught_up = len(out) < self.max_messages
+        return out
+
+    def _round_then_wait(self, order: list[QueueRef], timeout: float) -> list[ConsumerRecord]:
+        """What is there, in rounds of concurrent calls (a backlog is read faster so), else a
+        long poll."""
         calls = self._calls(order, 0)
         out: list[ConsumerRecord] = []
         for start in range(0, len(calls), PARALLEL_PULLS):
@@ -401,7 +417,7 @@ class Consumer:
                 return out
         if out or timeout <= 0:
             return out
-        return self._long_poll(queues, timeout)
+        return self._long_poll(order, timeout)
 
     def _calls(self, queues: list[QueueRef], timeout_ms: int) -> list[_Call]:
         """Calls that pull ``queues`` (not yet started): one PullQueues per node for its queues
@@ -452,12 +468,10 @@ class Consumer:
         deadline = time.monotonic() + timeout
         out: list[ConsumerRecord] = []
         taken: set[int] = set()
-        while not out:
-            left = deadline - time.monotonic()
-            if left <= 0 or all(c.done() for c in calls):
-                break
-            done.wait(left)
-            done.clear()
+        while True:
+            # answers are taken before asking whether all calls are done: a call answered before
+            # the first look (its messages already there) was once passed over, and the position
+            # update below then skipped its messages
             for i, call in enumerate(calls):
                 if i not in taken and call.done():
                     taken.add(i)
@@ -466,6 +480,11 @@ class Consumer:
                             self._took(q, resp, out)
                         else:
                             self._saw(q, resp)  # (an idle member follows its group too)
+            left = deadline - time.monotonic()
+            if out or left <= 0 or len(taken) == len(calls):
+                break
+            done.wait(left)
+            done.clear()
         for call in calls:
             if not call.done():
                 call.cancel()
