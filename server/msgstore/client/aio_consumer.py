@@ -59,7 +59,7 @@ class AsyncConsumer:
         self._recheck = False
         self._beat_lock = asyncio.Lock()
         self._beats: asyncio.Task | None = None
-        self._caught_up = False  # the last poll came back short: the next long-polls at once (as Consumer)
+        self._caught_up = False  # a call found nothing: the next polls long-poll at once (as Consumer)
         self._closed = False
 
     @property
@@ -200,11 +200,15 @@ class AsyncConsumer:
                     min(timeout, CLAIM_RETRY_S if self._pending else self.membership.heartbeat_s if self.membership else timeout)
                 )
             return []
-        out = [] if self._caught_up and timeout > 0 else await self._pull_all(queues, 0)
-        if not out and timeout > 0:  # caught up (the last poll came back short): the long poll at once answers what is there
+        out: list[ConsumerRecord] = []
+        if not (self._caught_up and timeout > 0):  # (caught up, the long poll answers at once what is there: as Consumer)
+            out = await self._pull_all(queues, 0)
+            self._caught_up = not out
+        if not out and timeout > 0:
             wait_s = min(timeout, self.long_poll_ms / 1000, self.membership.heartbeat_s if self.clustering else timeout)  # type: ignore[union-attr]
             out = await self._pull_all(queues, int(wait_s * 1000))
-        self._caught_up = len(out) < self.max_messages
+        if len(out) >= max(1, self.max_messages // 4):
+            self._caught_up = False
         return out
 
     async def _pull_all(self, queues: list[QueueRef], timeout_ms: int) -> list[ConsumerRecord]:

@@ -193,7 +193,7 @@ class Consumer:
         self._recheck = False  # a pull saw the group change
         self._beat_lock = threading.Lock()
         self._stopped = threading.Event()
-        self._caught_up = False  # the last poll came back short: the next long-polls at once
+        self._caught_up = False  # a round found nothing: the next polls long-poll at once
         self._closed = False
         self._beats: threading.Thread | None = None
         self.refresh()
@@ -363,10 +363,10 @@ class Consumer:
         return any(not n.ready for n in route.nodes) or any(q not in self.positions for q in route.queues)
 
     def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
-        """Messages from any queue, waiting up to ``timeout`` seconds for some: behind, a
-        concurrent round of pulls over the queues (the server and the network overlap with
-        decoding); caught up (the last poll came back short), at once a long poll of all of them
-        in one call per node, answered as soon as something is there. Between long polls (each at most
+        """Messages from any queue, waiting up to ``timeout`` seconds for some: a concurrent
+        round of pulls over the queues (the server and the network overlap with decoding), else
+        a long poll of all of them in one call per node, answered as soon as something is there;
+        caught up (a round found nothing, and little has come since), the long poll at once. Between long polls (each at most
         ``long_poll_ms``) the consumer looks again for queues it could not reach, so a node
         that returns within the timeout is read within it."""
         if self._closed:
@@ -399,22 +399,24 @@ class Consumer:
             out = self._long_poll(order, timeout)
         else:
             out = self._round_then_wait(order, timeout)
-        # a short answer means we are at the queues' ends: the next poll's round would find
-        # little, at PARALLEL_PULLS calls per node where the long poll makes one and answers at
-        # once when something is there (a consumer of a 1,000-call/s trickle cost the store 5
-        # calls per arrival)
-        self._caught_up = len(out) < self.max_messages
+        if len(out) >= max(1, self.max_messages // 4):
+            self._caught_up = False  # plenty came: read on in rounds
         return out
 
     def _round_then_wait(self, order: list[QueueRef], timeout: float) -> list[ConsumerRecord]:
         """What is there, in rounds of concurrent calls (a backlog is read faster so), else a
-        long poll."""
+        long poll. A round that finds nothing marks the consumer caught up: its next polls
+        long-poll at once, one call per node answered as soon as something is there, where a
+        round first cost a consumer keeping up with a trickle five calls per arrival. (Caught
+        up meaning "the last answer was short" instead slowed a 50,000/s consumer: at that rate
+        rounds find something each time, and their concurrent calls read faster.)"""
         calls = self._calls(order, 0)
         out: list[ConsumerRecord] = []
         for start in range(0, len(calls), PARALLEL_PULLS):
             out.extend(self._round(calls[start : start + PARALLEL_PULLS]))
             if len(out) >= self.max_messages:
                 return out
+        self._caught_up = not out
         if out or timeout <= 0:
             return out
         return self._long_poll(order, timeout)
