@@ -207,12 +207,48 @@ def test_a_consumer_keeping_up_makes_one_call_per_poll_and_a_backlog_is_read_in_
         assert proxy.calls["PullQueues"] - before == 30
         for q in queues.values():
             c.send_batch("trickle", [OutMessage(b"b")] * 20, queue=q)
+        _dispatched(c, "trickle", 30 + 160)  # (an acknowledged message is filed in its queue a moment later)
         got = consumer.poll(timeout=5)  # caught up: one long poll, which answers with 160 at once
         assert len(got) == 160
         before = proxy.calls["PullQueues"]
         c.send_batch("trickle", [OutMessage(b"c")], queue=queues[5])
+        _dispatched(c, "trickle", 30 + 160 + 1)
         assert [bytes(r.body) for r in consumer.poll(timeout=5)] == [b"c"]
         assert proxy.calls["PullQueues"] - before == 4  # behind: a round of concurrent calls
+
+
+def _dispatched(c, topic: str, n: int) -> None:
+    wait_until(lambda: sum(hi for _lo, hi in c.queue_offsets(topic).values()) == n, timeout=10, what=f"{n} messages in {topic}'s queues")
+
+
+def test_a_caught_up_consumer_moves_past_messages_its_filter_does_not_match(server, client):
+    """A long poll answered "no match" (800 non-matching messages looked at) moves the position
+    on: the asyncio consumer dropped empty long-poll answers, and once caught up (it no longer
+    pulls what is there first) asked for the same 800 messages until its timeout."""
+
+    def send(topic: str) -> None:
+        queue = _queues(client, topic)[0]
+        for _ in range(3):
+            client.send_batch(topic, [OutMessage(b"no", tags="B")] * 400, queue=queue)
+        client.send_batch(topic, [OutMessage(b"yes", tags="A")], queue=queue)
+        _dispatched(client, topic, 1201)
+
+    client.create_topic("tagged-sync", 1)
+    consumer = Consumer(client, None, "tagged-sync", tag_filter="A", long_poll_ms=500)
+    assert consumer.poll(timeout=0) == []  # a round found nothing: caught up
+    send("tagged-sync")
+    assert [bytes(r.body) for r in consumer.poll(timeout=10)] == [b"yes"]
+
+    client.create_topic("tagged-aio", 1)
+
+    async def aio_poll() -> list[bytes]:
+        async with AsyncClient(server.address, timeout=10) as ac:
+            async with AsyncConsumer(ac, None, "tagged-aio", tag_filter="A", long_poll_ms=500) as aio:
+                assert await aio.poll(timeout=0) == []
+                await asyncio.get_running_loop().run_in_executor(None, send, "tagged-aio")
+                return [bytes(r.body) for r in await aio.poll(timeout=10)]
+
+    assert asyncio.run(aio_poll()) == [b"yes"]
 
 
 def test_a_node_without_pull_queues_is_pulled_queue_by_queue(tmp_path):

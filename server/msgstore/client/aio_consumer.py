@@ -59,7 +59,8 @@ class AsyncConsumer:
         self._recheck = False
         self._beat_lock = asyncio.Lock()
         self._beats: asyncio.Task | None = None
-        self._caught_up = False  # a call found nothing: the next polls long-poll at once (as Consumer)
+        self._caught_up = False  # a round found nothing: the next polls long-poll at once (as Consumer)
+        self._moved = 0  # positions moved by answers (as Consumer)
         self._closed = False
 
     @property
@@ -182,13 +183,15 @@ class AsyncConsumer:
             raise RuntimeError("the consumer is closed")
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
-            began = time.monotonic()
+            began, moved = time.monotonic(), self._moved
             out = await self._poll_once(max(deadline - began, 0.0) if timeout > 0 else 0.0)
             now = time.monotonic()
             if out or timeout <= 0 or now >= deadline or self._closed:
                 return out
-            if now - began < IDLE_RETRY_S:  # every node refused at once (all down): do not spin
+            if now - began < IDLE_RETRY_S and self._moved == moved:  # every call failed at once (all nodes down): do not spin
                 await asyncio.sleep(min(IDLE_RETRY_S, deadline - now))
+                if self._closed:
+                    return []
 
     async def _poll_once(self, timeout: float) -> list[ConsumerRecord]:
         if self.clustering:
@@ -236,10 +239,12 @@ class AsyncConsumer:
             for call in pending:
                 call.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        # positions move only now, all at once: a poll cancelled or failed before this moves none
+        # positions move only now, all at once: a poll cancelled or failed before this moves none.
+        # Empty answers move them too (a filter's "no match"): a caught-up consumer, which skips
+        # the round, would otherwise ask for the same unmatched messages forever
         out: list[ConsumerRecord] = []
         for answers in answered:
-            self._took(answers, out, keep_empty=not timeout_ms)
+            self._took(answers, out)
         return out
 
     async def _pull_node(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
@@ -275,15 +280,15 @@ class AsyncConsumer:
 
         return [r for r in await asyncio.gather(*[one(q) for q in queues]) if r is not None]
 
-    def _took(self, answers: list[tuple[QueueRef, object]], out: list[ConsumerRecord], keep_empty: bool) -> None:
+    def _took(self, answers: list[tuple[QueueRef, object]], out: list[ConsumerRecord]) -> None:
         for q, resp in answers:
             if q not in self.positions:
                 continue
             if self.membership is not None and self.membership.stale(q.address, resp.group_generation):  # type: ignore[attr-defined]
                 self._recheck = True  # (an empty answer tells it too: an idle member follows its group)
-            if not (keep_empty or resp.record_count):  # type: ignore[attr-defined]
-                continue
             res = pull_result(resp, q.node)
+            if self.positions[q] != res.next_offset:
+                self._moved += 1
             self.positions[q] = res.next_offset
             out.extend(ConsumerRecord(q, m) for m in res.messages)
 

@@ -10,8 +10,9 @@ client id: give a stable ``client_id`` to resume after a restart).
 
 Positions are Kafka's: ``poll()`` returns messages and moves the positions past them; what
 ``commit()`` (or a hand-over) records is the position, so call ``poll()`` again only once the
-previous batch is processed. ``poll()`` first takes what is there; when every queue is empty it
-long-polls all of them at once and returns as soon as any has messages.
+previous batch is processed. ``poll()`` takes what is there in rounds of concurrent calls; when a
+round finds every queue empty it long-polls all of them at once (one call per node) and returns as
+soon as any has messages, and goes on long-polling first until plenty arrives at once.
 """
 
 from __future__ import annotations
@@ -130,6 +131,18 @@ class _Call:
 REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
+def _answers_of(finished: list[_Call], every: list[_Call]) -> list[list[tuple[QueueRef, object]]]:
+    """The answers of ``finished`` calls, all read before any is applied: a refusal of the
+    caller raised by a later call must not leave earlier calls' positions moved past records
+    the caller never gets. On a refusal the calls still running (of ``every``) are cancelled."""
+    try:
+        return [call.answers() for call in finished]
+    except BaseException:
+        for call in every:
+            call.cancel()
+        raise
+
+
 def checked_selector(sql: str | None, tag_filter: str | None) -> str | None:
     """A consumer's SQL92 selector, checked when it is made: the store refuses a bad one with
     every pull, which a consumer (that passes over a node it cannot read) would only show as
@@ -194,6 +207,7 @@ class Consumer:
         self._beat_lock = threading.Lock()
         self._stopped = threading.Event()
         self._caught_up = False  # a round found nothing: the next polls long-poll at once
+        self._moved = 0  # positions moved by answers, so a pass that moved one is told from a failed one
         self._closed = False
         self._beats: threading.Thread | None = None
         self.refresh()
@@ -373,13 +387,16 @@ class Consumer:
             raise RuntimeError("the consumer is closed")
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
-            began = time.monotonic()
+            began, moved = time.monotonic(), self._moved
             out = self._poll_once(max(deadline - began, 0.0) if timeout > 0 else 0.0)
             now = time.monotonic()
             if out or timeout <= 0 or now >= deadline or self._closed:
                 return out
-            if now - began < IDLE_RETRY_S:  # every node refused at once (all down): do not spin
-                self._stopped.wait(min(IDLE_RETRY_S, deadline - now))
+            # at once and nothing moved: every call failed (all nodes down); do not spin. (A
+            # filter's "no match" moves a position, and the next pass follows without a pause.)
+            if now - began < IDLE_RETRY_S and self._moved == moved:
+                if self._stopped.wait(min(IDLE_RETRY_S, deadline - now)):
+                    return []  # closed meanwhile
 
     def _poll_once(self, timeout: float) -> list[ConsumerRecord]:
         age = time.monotonic() - self._refreshed_at
@@ -444,14 +461,16 @@ class Consumer:
         for call in calls:
             call.start()
         out: list[ConsumerRecord] = []
-        for call in calls:
-            for q, resp in call.answers():
+        for answers in _answers_of(calls, calls):
+            for q, resp in answers:
                 self._took(q, resp, out)
         return out
 
     def _took(self, q: QueueRef, resp, out: list[ConsumerRecord]) -> None:
         self._saw(q, resp)
         res = pull_result(resp, q.node)
+        if self.positions.get(q) != res.next_offset:
+            self._moved += 1
         self.positions[q] = res.next_offset
         out.extend(ConsumerRecord(q, m) for m in res.messages)
 
@@ -472,16 +491,15 @@ class Consumer:
         taken: set[int] = set()
         while True:
             # answers are taken before asking whether all calls are done: a call answered before
-            # the first look (its messages already there) was once passed over, and the position
-            # update below then skipped its messages
-            for i, call in enumerate(calls):
-                if i not in taken and call.done():
-                    taken.add(i)
-                    for q, resp in call.answers():
-                        if resp.record_count:
-                            self._took(q, resp, out)
-                        else:
-                            self._saw(q, resp)  # (an idle member follows its group too)
+            # the first look (its messages already there) was once passed over, and a position
+            # update after the wait then skipped its messages. Every answer taken is applied,
+            # empty ones too (a filter's "no match" moves the position on); a call answered
+            # after the last look is not, and is read again by the next poll.
+            finished = [i for i, call in enumerate(calls) if i not in taken and call.done()]
+            taken.update(finished)
+            for answers in _answers_of([calls[i] for i in finished], calls):
+                for q, resp in answers:
+                    self._took(q, resp, out)
             left = deadline - time.monotonic()
             if out or left <= 0 or len(taken) == len(calls):
                 break
@@ -490,9 +508,6 @@ class Consumer:
         for call in calls:
             if not call.done():
                 call.cancel()
-            elif not out:
-                for q, resp in call.answers():
-                    self.positions[q] = resp.next_offset
         return out
 
     def commit(self, offsets: dict[QueueRef, int] | None = None) -> None:
