@@ -13,7 +13,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from msgstore.client import AsyncClient, AsyncConsumer, Client, Consumer, OutMessage
+from msgstore.client import AsyncClient, AsyncConsumer, Client, Consumer, OutMessage, StoreError
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.api.test_send_stream import metric
@@ -119,6 +119,7 @@ class _Proxy(grpc.GenericRpcHandler):
         self.channel = grpc.insecure_channel(target)
         self.older = older
         self.calls: collections.Counter[str] = collections.Counter()
+        self.refuse = None  # (method, request bytes) -> True: answered PERMISSION_DENIED, as a node whose ACL says no
 
     def service(self, details):
         name = details.method.rsplit("/", 1)[1]
@@ -126,7 +127,13 @@ class _Proxy(grpc.GenericRpcHandler):
         if name in self.older:
             return None
         fn = self.channel.unary_unary(details.method, request_serializer=None, response_deserializer=None)
-        return grpc.unary_unary_rpc_method_handler(lambda req, ctx: fn(req, timeout=60), None, None)
+
+        def forward(req, ctx):
+            if self.refuse is not None and self.refuse(name, req):
+                ctx.abort(grpc.StatusCode.PERMISSION_DENIED, "no")
+            return fn(req, timeout=60)
+
+        return grpc.unary_unary_rpc_method_handler(forward, None, None)
 
 
 @contextlib.contextmanager
@@ -249,6 +256,41 @@ def test_a_caught_up_consumer_moves_past_messages_its_filter_does_not_match(serv
                 return [bytes(r.body) for r in await aio.poll(timeout=10)]
 
     assert asyncio.run(aio_poll()) == [b"yes"]
+
+
+@pytest.mark.parametrize("older", [frozenset(), frozenset({"PullQueues"})], ids=["one round", "two rounds of Pulls"])
+def test_a_refusal_in_a_poll_moves_no_position(tmp_path, older):
+    """A poll's calls are all read before any answer is applied: a refusal of the caller by a
+    later call raised after earlier calls (or rounds) had moved their queues' positions past
+    records the caller never got (they were lost to it). On a node without PullQueues the 8
+    queues take a Pull each, in two rounds of 4."""
+    with _behind_proxy(tmp_path, older=older) as (_node, proxy, c):
+        c.create_topic("acl", 8)
+        queues = _queues(c, "acl")
+        for q in queues.values():
+            c.send_batch("acl", [OutMessage(b"%d" % q.queue_id)], queue=q)
+        _dispatched(c, "acl", 8)
+        consumer = Consumer(c, None, "acl")
+        if older:
+            assert consumer.poll(timeout=0) == []  # (learns that the node answers UNIMPLEMENTED to PullQueues)
+
+        def refuse(name: str, req: bytes) -> bool:
+            if name == "Pull":
+                return pb.PullRequest.FromString(req).queue_id == 7
+            return name == "PullQueues" and any(p.queue_id == 7 for p in pb.PullQueuesRequest.FromString(req).pulls)
+
+        proxy.refuse = refuse
+        with pytest.raises(StoreError) as e:
+            consumer.poll(timeout=0)  # queue 7 is in the round's last call, or the second round's
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert set(consumer.positions.values()) == {0}
+        proxy.refuse = None
+        got: list[bytes] = []
+        while len(got) < 8:  # (a long poll of Pulls answers with the first queue that has messages)
+            batch = consumer.poll(timeout=5)
+            assert batch, got
+            got += [bytes(r.body) for r in batch]
+        assert sorted(got) == [b"%d" % i for i in range(8)]
 
 
 def test_a_node_without_pull_queues_is_pulled_queue_by_queue(tmp_path):

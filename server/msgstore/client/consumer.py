@@ -25,7 +25,7 @@ import grpc
 
 from ..record import codec
 from ..record.selector import SelectorError, compile_selector
-from .client import Client, StoreError, pull_result
+from .client import Client, PullResult, StoreError, pull_result
 from .errors import error_from
 from .membership import (
     BROADCASTING,
@@ -129,18 +129,6 @@ class _Call:
 
 # what a node says of the caller (its credentials or permissions): every node would say the same
 REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
-
-
-def _answers_of(finished: list[_Call], every: list[_Call]) -> list[list[tuple[QueueRef, object]]]:
-    """The answers of ``finished`` calls, all read before any is applied: a refusal of the
-    caller raised by a later call must not leave earlier calls' positions moved past records
-    the caller never gets. On a refusal the calls still running (of ``every``) are cancelled."""
-    try:
-        return [call.answers() for call in finished]
-    except BaseException:
-        for call in every:
-            call.cancel()
-        raise
 
 
 def checked_selector(sql: str | None, tag_filter: str | None) -> str | None:
@@ -428,11 +416,12 @@ class Consumer:
         up meaning "the last answer was short" instead slowed a 50,000/s consumer: at that rate
         rounds find something each time, and their concurrent calls read faster.)"""
         calls = self._calls(order, 0)
-        out: list[ConsumerRecord] = []
+        read: list[tuple[QueueRef, PullResult]] = []
         for start in range(0, len(calls), PARALLEL_PULLS):
-            out.extend(self._round(calls[start : start + PARALLEL_PULLS]))
-            if len(out) >= self.max_messages:
-                return out
+            read += self._read(calls[start : start + PARALLEL_PULLS], start=True)
+            if sum(len(res.messages) for _q, res in read) >= self.max_messages:
+                break
+        out = self._apply(read)  # (only now: a refusal in a later round must find no position moved)
         self._caught_up = not out
         if out or timeout <= 0:
             return out
@@ -457,22 +446,36 @@ class Consumer:
                 calls.extend(_Call(self, address, qs[i : i + per], timeout_ms, single=per == 1) for i in range(0, len(qs), per))
         return calls
 
-    def _round(self, calls: list[_Call]) -> list[ConsumerRecord]:
-        for call in calls:
-            call.start()
-        out: list[ConsumerRecord] = []
-        for answers in _answers_of(calls, calls):
-            for q, resp in answers:
-                self._took(q, resp, out)
-        return out
+    def _read(self, calls: list[_Call], start: bool = False, every: list[_Call] | None = None) -> list[tuple[QueueRef, PullResult]]:
+        """The calls' answers, decoded as each arrives (the store serves the others meanwhile)
+        but not applied: a poll moves positions only once every call it reads has answered, so
+        a refusal of the caller by a later call (raised; the calls still running, of ``every``,
+        cancelled) leaves no position moved past records the caller never got."""
+        if start:
+            for call in calls:
+                call.start()
+        read: list[tuple[QueueRef, PullResult]] = []
+        try:
+            for call in calls:
+                for q, resp in call.answers():
+                    self._saw(q, resp)
+                    read.append((q, pull_result(resp, q.node)))
+        except BaseException:
+            for call in every or calls:
+                call.cancel()
+            raise
+        return read
 
-    def _took(self, q: QueueRef, resp, out: list[ConsumerRecord]) -> None:
-        self._saw(q, resp)
-        res = pull_result(resp, q.node)
-        if self.positions.get(q) != res.next_offset:
-            self._moved += 1
-        self.positions[q] = res.next_offset
-        out.extend(ConsumerRecord(q, m) for m in res.messages)
+    def _apply(self, read: list[tuple[QueueRef, PullResult]]) -> list[ConsumerRecord]:
+        """Positions moved past what was read, every answer's (an empty one too: a filter's "no
+        match" moves on); the records, to return."""
+        out: list[ConsumerRecord] = []
+        for q, res in read:
+            if self.positions.get(q) != res.next_offset:
+                self._moved += 1
+            self.positions[q] = res.next_offset
+            out.extend(ConsumerRecord(q, m) for m in res.messages)
+        return out
 
     def _saw(self, q: QueueRef, resp) -> None:
         if self.membership is not None and self.membership.stale(q.address, resp.group_generation):
@@ -497,9 +500,7 @@ class Consumer:
             # after the last look is not, and is read again by the next poll.
             finished = [i for i, call in enumerate(calls) if i not in taken and call.done()]
             taken.update(finished)
-            for answers in _answers_of([calls[i] for i in finished], calls):
-                for q, resp in answers:
-                    self._took(q, resp, out)
+            out += self._apply(self._read([calls[i] for i in finished], every=calls))
             left = deadline - time.monotonic()
             if out or left <= 0 or len(taken) == len(calls):
                 break
