@@ -11,7 +11,7 @@ import grpc
 
 from .aio import AsyncClient
 from .client import StoreError, pull_result
-from .consumer import CLAIM_RETRY_S, IDLE_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector
+from .consumer import CLAIM_RETRY_S, IDLE_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector, plenty
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
 from .routing import QueueRef
 
@@ -210,7 +210,7 @@ class AsyncConsumer:
         if not out and timeout > 0:
             wait_s = min(timeout, self.long_poll_ms / 1000, self.membership.heartbeat_s if self.clustering else timeout)  # type: ignore[union-attr]
             out = await self._pull_all(queues, int(wait_s * 1000))
-        if len(out) >= max(1, self.max_messages // 4):
+        if plenty(len(out), self.max_messages):
             self._caught_up = False
         return out
 

@@ -131,6 +131,12 @@ class _Call:
 REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
+def plenty(records: int, max_messages: int) -> bool:
+    """A poll brought enough (a quarter of ``max_messages``) that the consumer is behind: its
+    next polls read in rounds again instead of long-polling at once (both consumers' rule)."""
+    return records >= max(1, max_messages // 4)
+
+
 def checked_selector(sql: str | None, tag_filter: str | None) -> str | None:
     """A consumer's SQL92 selector, checked when it is made: the store refuses a bad one with
     every pull, which a consumer (that passes over a node it cannot read) would only show as
@@ -368,9 +374,9 @@ class Consumer:
         """Messages from any queue, waiting up to ``timeout`` seconds for some: a concurrent
         round of pulls over the queues (the server and the network overlap with decoding), else
         a long poll of all of them in one call per node, answered as soon as something is there;
-        caught up (a round found nothing, and little has come since), the long poll at once. Between long polls (each at most
-        ``long_poll_ms``) the consumer looks again for queues it could not reach, so a node
-        that returns within the timeout is read within it."""
+        caught up (a round found nothing, and little has come since), the long poll at once.
+        Between long polls (each at most ``long_poll_ms``) the consumer looks again for queues
+        it could not reach, so a node that returns within the timeout is read within it."""
         if self._closed:
             raise RuntimeError("the consumer is closed")
         deadline = time.monotonic() + max(timeout, 0.0)
@@ -404,8 +410,8 @@ class Consumer:
             out = self._long_poll(order, timeout)
         else:
             out = self._round_then_wait(order, timeout)
-        if len(out) >= max(1, self.max_messages // 4):
-            self._caught_up = False  # plenty came: read on in rounds
+        if plenty(len(out), self.max_messages):
+            self._caught_up = False  # read on in rounds
         return out
 
     def _round_then_wait(self, order: list[QueueRef], timeout: float) -> list[ConsumerRecord]:
@@ -417,9 +423,15 @@ class Consumer:
         rounds find something each time, and their concurrent calls read faster.)"""
         calls = self._calls(order, 0)
         read: list[tuple[QueueRef, PullResult]] = []
+        records = 0
         for start in range(0, len(calls), PARALLEL_PULLS):
-            read += self._read(calls[start : start + PARALLEL_PULLS], start=True)
-            if sum(len(res.messages) for _q, res in read) >= self.max_messages:
+            round_ = calls[start : start + PARALLEL_PULLS]
+            for call in round_:
+                call.start()
+            answered = self._read(round_)
+            read += answered
+            records += sum(len(res.messages) for _q, res in answered)
+            if records >= self.max_messages:
                 break
         out = self._apply(read)  # (only now: a refusal in a later round must find no position moved)
         self._caught_up = not out
@@ -446,14 +458,11 @@ class Consumer:
                 calls.extend(_Call(self, address, qs[i : i + per], timeout_ms, single=per == 1) for i in range(0, len(qs), per))
         return calls
 
-    def _read(self, calls: list[_Call], start: bool = False, every: list[_Call] | None = None) -> list[tuple[QueueRef, PullResult]]:
+    def _read(self, calls: list[_Call], every: list[_Call] | None = None) -> list[tuple[QueueRef, PullResult]]:
         """The calls' answers, decoded as each arrives (the store serves the others meanwhile)
         but not applied: a poll moves positions only once every call it reads has answered, so
         a refusal of the caller by a later call (raised; the calls still running, of ``every``,
         cancelled) leaves no position moved past records the caller never got."""
-        if start:
-            for call in calls:
-                call.start()
         read: list[tuple[QueueRef, PullResult]] = []
         try:
             for call in calls:
