@@ -10,6 +10,7 @@ import threading
 from msgstore.client import Client, OutMessage
 from msgstore.ha.epochs import Epoch, EpochFile
 from msgstore.record.codec import Message
+from msgstore.store import GetStatus
 from tests.ha.conftest import Group, caught_up, role
 from tests.support.servers import wait_until
 
@@ -150,3 +151,21 @@ def test_a_late_roles_file_never_promotes_a_demoted_member(tmp_path):
     assert c.send("t", b"still on b").address == addr[1]
     for m in members:
         m.kill()
+
+
+def test_a_follower_answers_a_pull_outside_its_queue_with_the_caller_s_own_offset(make_store, tmp_path):
+    """A follower behind its master (or without the queue yet) must not send a consumer back to
+    the queue's start or past what the master holds: RocketMQ's nextOffsetCorrection on a slave.
+    A master answers with the queue's word."""
+    master, data = _master_log(make_store, tmp_path, 5)
+    follower = make_store(tmp_path / "follower")
+    follower.follower = True
+    follower.append_replicated(0, data)
+    assert follower.wait_dispatched(5)
+    for store, expect in ((master, {"missing": 0, "past": 0}), (follower, {"missing": 7, "past": 9})):
+        missing = store.get_message(None, "no-such-topic", 0, 7)
+        assert (missing.status, missing.next_offset) == (GetStatus.NO_MATCHED_LOGIC_QUEUE, expect["missing"])
+        past = store.get_message(None, "t", 0, 9)  # the master had more than the 5 copied here
+        assert (past.status, past.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, expect["past"])
+        at_end = store.get_message(None, "t", 0, 5)
+        assert (at_end.status, at_end.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 5)

@@ -272,6 +272,27 @@ def test_reads_go_to_a_follower_while_the_master_is_down_and_commits_to_the_new_
     assert Client(follower.address).committed("billing", "reads", QueueRef("g0", follower.address, 0)) == 20
 
 
+def test_a_consumer_reading_a_follower_that_is_behind_keeps_its_position(groups):
+    """The master took 30 messages while its follower was down; the follower comes back after
+    the master died, holding 20. A consumer at 25 (read from the master) stays at 25 there: it
+    is neither sent back to the queue's start (all 25 again) nor past what the master holds."""
+    g = groups(2, follower=["slaveReadEnable=true"])
+    master, follower = g.members
+    c = g.client()
+    q = QueueRef("g0", master.address, 0)
+    assert all(r.ok for r in c.send_batch("behind", [OutMessage(b"b%d" % i) for i in range(20)], queue=q))
+    caught_up(c, follower, master)
+    follower.kill()
+    assert all(r.ok for r in c.send_batch("behind", [OutMessage(b"b%d" % i) for i in range(20, 30)], queue=q))
+    assert c.pull("behind", q, 0, max_messages=64).next_offset == 30
+    master.kill()
+    follower.start()
+    got = c.pull("behind", q, 25, max_messages=64)  # served by the follower
+    assert (got.status, got.next_offset, got.messages) == ("OFFSET_OVERFLOW_BADLY", 25, [])
+    assert c.pull("behind", QueueRef("g0", master.address, 3), 4).next_offset == 4  # a queue it never had
+    assert [m.body for m in c.pull("behind", q, 18, max_messages=64).messages] == [b"b18", b"b19"]
+
+
 def test_the_asyncio_client_also_reads_from_a_follower_and_commits_to_the_new_master(groups):
     g = groups(2, follower=["slaveReadEnable=true"])
     master, follower = g.members

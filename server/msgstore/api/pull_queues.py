@@ -79,7 +79,8 @@ class PullQueuesHandlers:
                 continue
             outcome = self._read_queue(topic, qid, offset, max_msgs, min(max_bytes, budget), tag_filter, raw)  # type: ignore[attr-defined]
             budget -= outcome.size
-            ready = ready or outcome.count > 0 or outcome.status not in WAITABLE
+            # a bad offset answers at once, unless the answer keeps it (a follower: nothing to move to)
+            ready = ready or outcome.count > 0 or (outcome.status not in WAITABLE and outcome.next_offset != offset)
             response = self._with_generation(group, outcome.response)  # type: ignore[attr-defined]
             data = response if isinstance(response, bytes) else response.SerializeToString()
             answers += (_RESULT + varint(len(data)), data)  # (joined once, by the caller)

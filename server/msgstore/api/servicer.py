@@ -61,6 +61,9 @@ class Refused(Exception):
         self.nothing_stored = nothing_stored  # the store took none of it (not one refused after it was stored)
 
 
+SUBSCRIBE_RECHECK_S = 1.0  # a stream whose offset is outside a follower's queue looks again this often
+
+
 @dataclass(slots=True)
 class Accepted:
     """A send request appended, waiting to be answered."""
@@ -525,6 +528,9 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                 topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0, request.raw, context
             )
             if got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+                if got.next_offset == offset:  # a follower keeps the offset: its master may still hold it
+                    await asyncio.sleep(SUBSCRIBE_RECHECK_S)
+                    continue
                 offset = got.next_offset  # retention moved past us, or the queue was reset
                 yield got.response
                 continue

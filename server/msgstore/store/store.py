@@ -992,6 +992,14 @@ class MessageStore:
 
     # ================================================================== read path
 
+    def _corrected(self, offset: int, suggested: int) -> int:
+        """Where a pull whose offset is outside the queue should go on from: the queue's word on a
+        master, the caller's own offset on a follower (RocketMQ's ``nextOffsetCorrection`` with
+        ``offsetCheckInSlave`` off). A follower that is behind its master, or has no consume queue
+        yet, would otherwise send a consumer back to the queue's start (every message again) or
+        past messages the master still holds."""
+        return offset if self._follower else suggested
+
     def get_message(
         self,
         group: str | None,
@@ -1008,18 +1016,20 @@ class MessageStore:
         the records' tags), or a compiled SQL92 selector (matched by each record's properties)."""
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, self._corrected(offset, 0), 0, 0)
         min_off, max_off = cq.min_offset, cq.max_offset
         if max_off == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, self._corrected(offset, 0), min_off, max_off)
         if offset < min_off:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, self._corrected(offset, min_off), min_off, max_off)
         if offset == max_off:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
         if offset > max_off:
             # as the reference: a queue that never lost a message (min 0) sends a runaway offset
             # back to its start, so a consumer re-reads instead of skipping what is there
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
+            return GetResult(
+                GetStatus.OFFSET_OVERFLOW_BADLY, self._corrected(offset, min_off if min_off == 0 else max_off), min_off, max_off
+            )
         selector: Selector | None = None
         tags: frozenset[str] | None = None
         if isinstance(tag_filter, Selector):
