@@ -12,10 +12,12 @@ pods load a renewed one without a restart (``api/tls.py``). The CA itself is not
 
 from __future__ import annotations
 
+import atexit
 import base64
 import datetime
 import ipaddress
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -199,11 +201,24 @@ def _stamp(when: datetime.datetime) -> str:
     return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_PRIVATE: list[str] = []
+
+
+def _private_dir() -> str:
+    """This process's own temporary directory (0700, removed at exit): two operators on one
+    host (two test runs, a second install's operator run by hand) must not overwrite each
+    other's CA files for a store of the same namespace and name."""
+    if not _PRIVATE:
+        _PRIVATE.append(tempfile.mkdtemp(prefix="msgstore-operator-"))
+        atexit.register(shutil.rmtree, _PRIVATE[0], True)
+    return _PRIVATE[0]
+
+
 def _files(spec: Spec, data: dict[str, bytes], mutual: bool | None = None, server_name: str | None = None, secret: str = "") -> Reach:
     """The CA (and, for mutual TLS, the pods' own pair: the operator presents it as a client)
     as files the gRPC client reads, under the operator's temporary directory."""
     mutual = bool(spec.tls and spec.tls.client_authentication) if mutual is None else mutual
-    base = os.path.join(os.environ.get("MSGSTORE_OPERATOR_TMP") or tempfile.gettempdir(), "msgstore-operator", spec.namespace, spec.name)
+    base = os.path.join(os.environ.get("MSGSTORE_OPERATOR_TMP") or _private_dir(), "msgstore-operator", spec.namespace, spec.name)
     if secret:
         base = os.path.join(base, secret)
     os.makedirs(base, mode=0o700, exist_ok=True)

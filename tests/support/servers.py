@@ -31,11 +31,14 @@ SMALL_STORE = [
 # picked for us from that range could be taken, before the server binds it, as the source port
 # of any outgoing connection (a CI run lost a campaign to that). Shuffled once per run and taken
 # in turn, each checked free when handed out.
-_POOL = itertools.cycle(random.Random(os.getpid()).sample(range(12000, 16000), 4000))
+# Under pytest-xdist each worker takes its own quarter of the range, so two workers never hand
+# out the same port in the moment before its server binds it.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 4
+_POOL = itertools.cycle(random.Random(os.getpid()).sample(range(12000 + 1000 * _WORKER, 13000 + 1000 * _WORKER), 1000))
 
 
 def free_port() -> int:
-    for _ in range(4000):
+    for _ in range(1000):
         port = next(_POOL)
         with socket.socket() as s:
             try:

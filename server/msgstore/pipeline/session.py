@@ -25,9 +25,10 @@ def quiet_conf_dir() -> str:
     directory = os.path.join(tempfile.gettempdir(), "msgstore-spark-conf")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "log4j2.properties")
-    if not os.path.exists(path):
-        with open(path, "w") as f:
+    if not os.path.exists(path):  # (written whole, then renamed: two sessions may start at once)
+        with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as f:
             f.write(LOG4J)
+        os.replace(f.name, path)
     return directory
 
 
