@@ -35,7 +35,7 @@ run-ha: $(STAMP)
 
 # a skipped test fails the run (tests/conftest.py): every test here is one CI is expected to run
 test: $(STAMP) test-tools lint
-	MSGSTORE_NO_SKIPS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+	MSGSTORE_NO_SKIPS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # ruff (lint and format) over everything, mypy --strict over the engine and the record codec
 lint: $(STAMP)

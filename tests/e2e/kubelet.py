@@ -137,7 +137,9 @@ class Kubelet:
         self.history: list[tuple[str, str]] = []  # (started|stopped|crashed|restarted, ns/pod) in order
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_ip = 10
+        # a block of pod addresses of its own (10.244.<k>.x): another worker's or run's kubelet
+        # hands out addresses on the same host at the same time
+        self._next_ip = 256 * (os.getpid() % 250 + 1) + 10
         self._ips: set[str] = set()
         self._probes = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kubelet-probe")
         self._stoppers = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kubelet-stop")
@@ -616,14 +618,17 @@ class Kubelet:
     # ------------------------------------------------------------------ addressing
 
     def _allocate_ip(self) -> str:
-        with self._lock:
-            ip = str(POD_NETWORK.network_address + self._next_ip)
-            self._next_ip += 1
-        added = subprocess.run(["ip", "addr", "add", f"{ip}/32", "dev", "lo"], capture_output=True, text=True)
-        if added.returncode != 0 and "File exists" not in added.stderr:  # left by a run that was killed
-            raise RuntimeError(f"ip addr add {ip}: {added.stderr.strip()}")
-        self._ips.add(ip)
-        return ip
+        while True:
+            with self._lock:
+                ip = str(POD_NETWORK.network_address + self._next_ip)
+                self._next_ip += 1
+            added = subprocess.run(["ip", "addr", "add", f"{ip}/32", "dev", "lo"], capture_output=True, text=True)
+            if added.returncode == 0:
+                self._ips.add(ip)
+                return ip
+            if "File exists" not in added.stderr:
+                raise RuntimeError(f"ip addr add {ip}: {added.stderr.strip()}")
+            # (someone else's: a run that was killed, or another kubelet on this host): the next one
 
     def _release_ip(self, ip: str) -> None:
         if ip in self._ips:

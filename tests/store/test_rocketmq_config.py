@@ -174,7 +174,9 @@ def test_serve_refuses_fsck_names_the_file_and_the_flag_starts_anyway(tmp_path):
     with open(path, "w") as f:
         f.write("\x00\x00garbage")
     cli = [sys.executable, "-m", "msgstore.cli"]
-    serve = subprocess.run([*cli, "serve", "--data-dir", root, "--port", "0"], capture_output=True, text=True, timeout=60)
+    serve = subprocess.run(
+        [*cli, "serve", "--data-dir", root, "--port", "0", "--metrics-port", "-1"], capture_output=True, text=True, timeout=60
+    )
     assert serve.returncode == 1
     assert serve.stderr.strip().splitlines()[-1].startswith("error: ") and "consumerOffset.json cannot be read" in serve.stderr
     assert "--set-aside-unreadable-config" in serve.stderr and "Traceback" not in serve.stderr
