@@ -165,7 +165,7 @@ def test_a_follower_answers_a_pull_outside_its_queue_with_the_caller_s_own_offse
     for store, expect in ((master, {"missing": 0, "past": 0}), (follower, {"missing": 7, "past": 9})):
         missing = store.get_message(None, "no-such-topic", 0, 7)
         assert (missing.status, missing.next_offset) == (GetStatus.NO_MATCHED_LOGIC_QUEUE, expect["missing"])
-        past = store.get_message(None, "t", 0, 9)  # the master had more than the 5 copied here
+        past = store.get_message(None, "t", 0, 9)  # (a consumer that read 9 from a master that had more)
         assert (past.status, past.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, expect["past"])
         at_end = store.get_message(None, "t", 0, 5)
         assert (at_end.status, at_end.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 5)

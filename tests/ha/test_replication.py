@@ -285,10 +285,21 @@ def test_a_consumer_reading_a_follower_that_is_behind_keeps_its_position(groups)
     follower.kill()
     assert all(r.ok for r in c.send_batch("behind", [OutMessage(b"b%d" % i) for i in range(20, 30)], queue=q))
     assert c.pull("behind", q, 0, max_messages=64).next_offset == 30
+    t = time.monotonic()
+    assert c.pull("behind", q, 40, timeout_ms=5000).next_offset == 0  # a master sends a runaway offset back at once
+    assert time.monotonic() - t < 4
     master.kill()
     follower.start()
     got = c.pull("behind", q, 25, max_messages=64)  # served by the follower
     assert (got.status, got.next_offset, got.messages) == ("OFFSET_OVERFLOW_BADLY", 25, [])
+    # a long poll waits such an answer out (Pull and PullQueues): answered at once, it would bring the consumer straight back
+    for call in (
+        lambda: c.pull("behind", q, 25, timeout_ms=700),
+        lambda: c.pull_queues_future("behind", follower.address, [(q, 25)], timeout_ms=700).result(),
+    ):
+        t = time.monotonic()
+        call()
+        assert time.monotonic() - t >= 0.6
     assert c.pull("behind", QueueRef("g0", master.address, 3), 4).next_offset == 4  # a queue it never had
     assert [m.body for m in c.pull("behind", q, 18, max_messages=64).messages] == [b"b18", b"b19"]
 

@@ -29,6 +29,14 @@ _RESULT = b"\x0a"  # PullQueuesResponse.results, length-delimited
 WAITABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
 
 
+def settled(status: GetStatus, count: int, offset: int, next_offset: int) -> bool:
+    """Whether a look at a queue answers a long poll now: it found messages, or it moves the
+    caller (a bad offset, a filter's "no match"). An answer that keeps the caller's offset (a
+    follower past its end, docs/store-format.md §7) waits like "nothing yet": answered at once,
+    it would bring the consumer straight back."""
+    return count > 0 or (status not in WAITABLE and next_offset != offset)
+
+
 class PullQueuesHandlers:
     server: Member
 
@@ -79,8 +87,7 @@ class PullQueuesHandlers:
                 continue
             outcome = self._read_queue(topic, qid, offset, max_msgs, min(max_bytes, budget), tag_filter, raw)  # type: ignore[attr-defined]
             budget -= outcome.size
-            # a bad offset answers at once, unless the answer keeps it (a follower: nothing to move to)
-            ready = ready or outcome.count > 0 or (outcome.status not in WAITABLE and outcome.next_offset != offset)
+            ready = ready or settled(outcome.status, outcome.count, offset, outcome.next_offset)
             response = self._with_generation(group, outcome.response)  # type: ignore[attr-defined]
             data = response if isinstance(response, bytes) else response.SerializeToString()
             answers += (_RESULT + varint(len(data)), data)  # (joined once, by the caller)

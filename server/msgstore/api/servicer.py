@@ -27,7 +27,7 @@ from .auth import peer_host
 from .convert import PULL_STATUS, SEND_STATUS, message_to_pb, raw_pull_response, varint
 from .group_service import GroupHandlers
 from .pop_service import PopHandlers
-from .pull_queues import WAITABLE, PullQueuesHandlers
+from .pull_queues import PullQueuesHandlers, settled
 from .relay import NOT_DONE
 from .route import DuplicateNodeName
 from .scheduled import BROKER_HANDLED, TRANSACTION_PREFIX, RecallHandlers, Scheduled, schedule_entries
@@ -59,9 +59,6 @@ class Refused(Exception):
         self.code = code
         self.message = message
         self.nothing_stored = nothing_stored  # the store took none of it (not one refused after it was stored)
-
-
-SUBSCRIBE_RECHECK_S = 1.0  # a stream whose offset is outside a follower's queue looks again this often
 
 
 @dataclass(slots=True)
@@ -500,7 +497,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
             try:
                 outcome = self._read_queue(topic, qid, offset, max_msgs, max_bytes, tag_filter, raw)
                 left = deadline - time.monotonic()
-                if outcome.status not in WAITABLE or left <= 0 or fut is None or self.server.stopping:
+                if settled(outcome.status, outcome.count, offset, outcome.next_offset) or left <= 0 or fut is None or self.server.stopping:
                     return outcome
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), left)
@@ -528,8 +525,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                 topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0, request.raw, context
             )
             if got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                if got.next_offset == offset:  # a follower keeps the offset: its master may still hold it
-                    await asyncio.sleep(SUBSCRIBE_RECHECK_S)
+                if got.next_offset == offset:  # a follower past its end (it waited out the second): look again
                     continue
                 offset = got.next_offset  # retention moved past us, or the queue was reset
                 yield got.response

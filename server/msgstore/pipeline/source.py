@@ -155,9 +155,7 @@ def read_queue_range(opts: ReaderOptions, part: QueueRange) -> Iterator[pa.Recor
             resp = stub.Pull(req, timeout=60, metadata=client.security.data_metadata() or None)
             status = pb.PullStatus.Name(resp.status)
             if status in ("OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING"):
-                # (a follower keeps our offset in next_offset: its minimum is where its queue goes on)
-                went_on = max(resp.next_offset, resp.min_offset, offset + 1)
-                offset = check_data_loss(opts, part.topic, part.node, part.queue_id, offset, went_on)
+                offset = check_data_loss(opts, part.topic, part.node, part.queue_id, offset, max(resp.next_offset, offset + 1))
                 continue
             if status != "FOUND":
                 if status == "NO_MATCHED_MESSAGE" and resp.next_offset > offset:

@@ -993,11 +993,11 @@ class MessageStore:
     # ================================================================== read path
 
     def _corrected(self, offset: int, suggested: int) -> int:
-        """Where a pull whose offset is outside the queue should go on from: the queue's word on a
-        master, the caller's own offset on a follower (RocketMQ's ``nextOffsetCorrection`` with
-        ``offsetCheckInSlave`` off). A follower that is behind its master, or has no consume queue
-        yet, would otherwise send a consumer back to the queue's start (every message again) or
-        past messages the master still holds."""
+        """Where a pull past the end of a queue (or of a queue not there) should go on from: the
+        queue's word on a master, the caller's own offset on a follower (RocketMQ's
+        ``nextOffsetCorrection`` with ``offsetCheckInSlave`` off). A follower that is behind its
+        master, or has no consume queue yet, would otherwise send a consumer back to the queue's
+        start (every message again)."""
         return offset if self._follower else suggested
 
     def get_message(
@@ -1021,7 +1021,9 @@ class MessageStore:
         if max_off == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, self._corrected(offset, 0), min_off, max_off)
         if offset < min_off:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, self._corrected(offset, min_off), min_off, max_off)
+            # (moved on even on a follower, unlike the reference: what lies below a follower's first
+            # message was cleaned on its master too, and keeping the offset stalls the consumer)
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
         if offset == max_off:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
         if offset > max_off:

@@ -637,14 +637,14 @@ class MessagingService:
             for m in got.messages:
                 yield s.PullMessageResponse(message=messages.to_v2(m))
             yield s.PullMessageResponse(status=status())
-        elif got.status in (pb.OFFSET_TOO_SMALL, pb.OFFSET_OVERFLOW_BADLY, pb.MESSAGE_WAS_REMOVING):
+        elif got.status in (pb.OFFSET_TOO_SMALL, pb.OFFSET_OVERFLOW_BADLY, pb.MESSAGE_WAS_REMOVING) and got.next_offset != request.offset:
             yield s.PullMessageResponse(
                 status=status(
                     d.ILLEGAL_OFFSET,
                     f"offset: {request.offset} is outside the queue ({got.min_offset} to {got.max_offset}); go on from {got.next_offset}",
                 )
             )
-        else:
+        else:  # (a follower past its end keeps the offset: nothing new there yet, as RocketMQ's slave)
             yield s.PullMessageResponse(status=status(d.MESSAGE_NOT_FOUND, "no new message"))
         yield s.PullMessageResponse(next_offset=got.next_offset)
 
