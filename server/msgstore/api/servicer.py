@@ -524,12 +524,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
             got = await self._pull(
                 topic, qid, offset, max_msgs, v.DEFAULT_PULL_BYTES, request.tag_filter or None, 1.0, request.raw, context
             )
-            if got.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                if got.next_offset == offset:  # a follower past its end (it waited out the second): look again
-                    continue
-                offset = got.next_offset  # retention moved past us, or the queue was reset
-                yield got.response
-                continue
+            # messages, or a move (retention passed us, the queue was reset); nothing to send for "nothing
+            # yet" or a follower past its end, which keep the offset
             if got.count or got.next_offset != offset:
                 offset = got.next_offset
                 yield got.response
