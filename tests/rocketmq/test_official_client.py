@@ -60,7 +60,19 @@ def pull_all(ours: Client, topic: str) -> list:
 
 def receive_all(consumer: SimpleConsumer, n: int, invisible: int = 30, timeout: float = 20) -> list:
     got: list = []
-    wait_until(lambda: got.extend(consumer.receive(32, invisible)) or len(got) >= n, timeout=timeout, what=f"{n} messages")
+
+    def received() -> bool:
+        try:
+            got.extend(consumer.receive(32, invisible))
+        except Exception as e:
+            # the client's own race (5.1.2): a route answered before its telemetry stream exists
+            # ("'NoneType' object has no attribute 'stream_write'") is dropped, and the next
+            # receive fetches it again; any other failure is the test's
+            if "failed to fetch topic" not in str(e):
+                raise
+        return len(got) >= n
+
+    wait_until(received, timeout=timeout, what=f"{n} messages")
     return got
 
 
