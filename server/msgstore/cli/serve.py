@@ -7,6 +7,13 @@ import sys
 
 from .common import store_settings, token_source
 
+# How long a thread may hold the GIL while another waits for it. A node's event loop hands each
+# put to a worker thread and back, and gRPC's own threads take turns with both: at Python's
+# default 5 ms a wake-up could wait a whole interval. At 1 ms, 5,000 sends/s of 1 KiB were
+# acknowledged at p50 4.5 ms instead of 7.7 (medians of six runs each, a consumer running), with
+# batched-send and SYNC-replication rates unchanged within their noise (2026-11-28).
+GIL_SWITCH_INTERVAL_S = 0.001
+
 
 def cmd_serve(args) -> int:
     from .. import logs
@@ -56,6 +63,7 @@ def cmd_serve(args) -> int:
         arbiter_ttl_s=args.arbiter_ttl,
         failover_after_s=args.failover_after,
     )
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
