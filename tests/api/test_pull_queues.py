@@ -197,21 +197,34 @@ def test_a_poll_waits_its_whole_timeout_over_several_long_polls(tmp_path):
             assert [bytes(r.body) for r in got[topic]] == [b"late"], topic
 
 
-def test_a_consumer_keeping_up_makes_one_call_per_poll_and_a_backlog_is_read_in_rounds(tmp_path):
+def test_a_consumer_keeping_up_makes_one_call_per_poll_and_a_backlog_is_read_in_rounds(tmp_path, monkeypatch):
     """Caught up, a poll long-polls at once (one call per node, answered as soon as something is
-    there): it made a round of 4 calls first, 5 calls per arrival in a trickle. Behind (a poll
-    came back full), rounds of concurrent calls read the backlog. No message is skipped."""
+    there): it made a round of 4 calls first, 5 calls per arrival in a trickle. That one call is
+    made in the caller's thread: as a gRPC future it started a thread of gRPC's per arrival
+    (1,000 a second at 5,000 msg/s). Behind (a poll came back full), rounds of concurrent calls
+    read the backlog. No message is skipped."""
     with _behind_proxy(tmp_path) as (_node, proxy, c):
         c.create_topic("trickle", 8)
         queues = _queues(c, "trickle")
         consumer = Consumer(c, None, "trickle", max_messages=64)
         assert consumer.poll(timeout=0) == []  # (a round: positions and connections set up)
         before = proxy.calls["PullQueues"]
+        started: list[str] = []  # threads started by this thread (not the proxy's own)
+        me, start = threading.current_thread(), threading.Thread.start
+
+        def counted(thread: threading.Thread) -> None:
+            if threading.current_thread() is me:
+                started.append(thread.name)
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", counted)
         for i in range(30):  # (each long poll answers at once: before, a call answered before the
             # consumer's first look at it had its messages skipped; about one run in three saw it here)
             c.send_batch("trickle", [OutMessage(b"%d" % i)], queue=queues[i % 8])
             assert [bytes(r.body) for r in consumer.poll(timeout=5)] == [b"%d" % i]
         assert proxy.calls["PullQueues"] - before == 30
+        assert started == []
+        monkeypatch.undo()
         for q in queues.values():
             c.send_batch("trickle", [OutMessage(b"b")] * 20, queue=q)
         _dispatched(c, "trickle", 30 + 160)  # (an acknowledged message is filed in its queue a moment later)

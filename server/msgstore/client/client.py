@@ -603,10 +603,15 @@ class Client(PopCalls):
         tag_filter: str | None = None,
         group: str = "",
         sql: str | None = None,
+        here: bool = False,
+        within: float | None = None,
     ):
+        """A Pull's raw answer: a future, or with ``here`` the answer itself, from a call made in
+        this thread (raising its ``grpc.RpcError``; see :meth:`pull_queues_future`)."""
         req = pull_request(topic, queue, offset, max_messages, timeout_ms, tag_filter, group, sql=sql)
-        return self.stub(self.read_address(topic, queue)).Pull.future(
-            req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
+        call = self.stub(self.read_address(topic, queue)).Pull
+        return (call if here else call.future)(
+            req, timeout=within or self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
         )
 
     def pull_queues_future(
@@ -620,15 +625,23 @@ class Client(PopCalls):
         tag_filter: str | None = None,
         group: str = "",
         sql: str | None = None,
+        here: bool = False,
+        within: float | None = None,
     ):
         """Several queues read at ``address`` in one call (PullQueues), each at its offset;
-        ``timeout_ms`` waits until any has messages. Its answer's ``results`` follow ``queues``."""
+        ``timeout_ms`` waits until any has messages. Its answer's ``results`` follow ``queues``.
+        A future, or with ``here`` the answer itself, the call made in this thread (raising its
+        ``grpc.RpcError``): gRPC runs each future on a thread it starts whenever the channel has
+        no other call running, so a consumer long-polling a trickle alone started a thread per
+        arrival, 1,000 a second at 5,000 msg/s. ``within`` (seconds) bounds the whole call, the
+        client's timeout beyond the long poll's by default."""
         req = pb.PullQueuesRequest(
             pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group, sql=sql) for q, offset in queues],
             timeout_ms=timeout_ms,
         )
-        return self.stub(address).PullQueues.future(
-            req, timeout=self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
+        call = self.stub(address).PullQueues
+        return (call if here else call.future)(
+            req, timeout=within or self.timeout + timeout_ms / 1000, metadata=self.security.data_metadata() or None
         )
 
     def subscribe(self, topic: str, queue: QueueRef, offset: int = -1, *, tag_filter: str | None = None) -> Iterable[PullResult]:

@@ -43,6 +43,7 @@ MISSING_REFRESH_S = 2.0  # ... and while a node is down or a queue has no positi
 PARALLEL_PULLS = 4  # calls in flight at once (measured with a Pull per queue: 1 → 60k, 4 → 97k msg/s on 2 cores)
 MAX_QUEUES_PER_CALL = 256  # queues per PullQueues call (the server takes up to 1024)
 CLAIM_RETRY_S = 0.1  # how soon a queue allocated to us but still held by another member is asked for again
+LATE_ANSWER_S = 0.2  # past a poll's timeout, how long its lone long poll's answer is still waited for
 IDLE_RETRY_S = 0.1  # the pause in a poll whose calls all failed at once, before it tries again
 
 
@@ -53,6 +54,31 @@ class ConsumerRecord:
 
     def __getattr__(self, name):
         return getattr(self.message, name)
+
+
+class _Answered:
+    """A call made in the caller's thread, its answer or error read as a finished future's."""
+
+    def __init__(self, call):
+        self._answer, self._error = None, None
+        try:
+            self._answer = call()
+        except Exception as e:
+            self._error = e
+
+    def done(self) -> bool:
+        return True
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._answer
 
 
 class _Call:
@@ -68,37 +94,50 @@ class _Call:
         self.single = single
         self.future = None
 
-    def start(self, on_done=None) -> None:
-        c = self.consumer
+    def start(self, on_done=None, *, here: float | None = None) -> None:
+        """Start the call; with ``here`` (seconds), make it in this thread and return once it is
+        answered, or once ``here`` has passed (about the poll's own timeout, where a future's
+        wait for it ends). For a lone call: a future would cost a thread of gRPC's own, see
+        Client.pull_queues_future."""
+        if here is not None:
+            self.future = _Answered(lambda: self._invoke(True, here))
+            return
         try:
-            if self.single:
-                q = self.queues[0]
-                self.future = c.client.pull_future(
-                    c.topic,
-                    q,
-                    c.positions[q],
-                    max_messages=c.max_messages,
-                    timeout_ms=self.timeout_ms,
-                    tag_filter=c.tag_filter,
-                    sql=c.sql,
-                    group=c.group or "",
-                )
-            else:
-                self.future = c.client.pull_queues_future(
-                    c.topic,
-                    self.address,
-                    [(q, c.positions[q]) for q in self.queues],
-                    max_messages=c.max_messages,
-                    timeout_ms=self.timeout_ms,
-                    tag_filter=c.tag_filter,
-                    sql=c.sql,
-                    group=c.group or "",
-                )
+            self.future = self._invoke(False)
         except Exception:
             self.future = None  # a node that is down is skipped until it returns
             return
         if on_done is not None:
             self.future.add_done_callback(on_done)
+
+    def _invoke(self, here: bool, within: float | None = None):
+        c = self.consumer
+        if self.single:
+            q = self.queues[0]
+            return c.client.pull_future(
+                c.topic,
+                q,
+                c.positions[q],
+                max_messages=c.max_messages,
+                timeout_ms=self.timeout_ms,
+                tag_filter=c.tag_filter,
+                sql=c.sql,
+                group=c.group or "",
+                here=here,
+                within=within,
+            )
+        return c.client.pull_queues_future(
+            c.topic,
+            self.address,
+            [(q, c.positions[q]) for q in self.queues],
+            max_messages=c.max_messages,
+            timeout_ms=self.timeout_ms,
+            tag_filter=c.tag_filter,
+            sql=c.sql,
+            group=c.group or "",
+            here=here,
+            within=within,
+        )
 
     def done(self) -> bool:
         return self.future is None or self.future.done()
@@ -496,8 +535,9 @@ class Consumer:
         if self.clustering:  # a member that waits still follows its group
             wait_s = min(wait_s, self.membership.heartbeat_s)  # type: ignore[union-attr]
         calls = self._calls(queues, int(wait_s * 1000))
+        lone = len(calls) == 1
         for call in calls:
-            call.start(lambda _f: done.set())
+            call.start(lambda _f: done.set(), here=timeout + LATE_ANSWER_S if lone else None)
         deadline = time.monotonic() + timeout
         out: list[ConsumerRecord] = []
         taken: set[int] = set()
