@@ -423,3 +423,29 @@ def test_consumer_lag_and_messages_held(make_store):
     s.commit_offset("billing", "T", 1, 5)
     s.commit_offset("audit", "T", 0, 5)
     assert s.consumer_lag() == {"billing": 2, "audit": 5}
+
+
+def test_a_small_dispatch_runs_in_the_callers_thread_a_large_one_is_left_to_the_dispatcher(make_store):
+    """Dispatcher.dispatch_here: the event loop dispatches a trickle's batch itself, after its
+    answer (no hand-off to the dispatcher's thread and back); more than ``most`` bytes, or a
+    dispatch already under way, stays with the thread."""
+    s = make_store()
+    me = threading.current_thread()
+    d = s.dispatcher
+    d.limit = lambda: None if threading.current_thread() is me else 0  # (the thread dispatches nothing here)
+    woken = []
+    s.add_arrival_listener(lambda topic, qid, max_offset: woken.append((topic, qid, max_offset, threading.current_thread())))
+    for i in range(3):
+        assert s.put_message(_msg(body=b"%d" % i)).ok
+    with d.paused():  # the thread at work: left to it
+        assert not d.dispatch_here(16 * 1024)
+    assert d.dispatch_here(16 * 1024)
+    assert s.max_offset("T", 0) == 3  # at once, in this thread
+    assert woken == [("T", 0, n, me) for n in (1, 2, 3)]  # (a put each)
+    assert s.put_message(_msg(body=b"x" * 20_000)).ok
+    assert not d.dispatch_here(16 * 1024)
+    assert s.max_offset("T", 0) == 3
+    d.limit = None
+    assert s.wait_dispatched()
+    assert s.max_offset("T", 0) == 4
+    assert woken[-1][3] is not me

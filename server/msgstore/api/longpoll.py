@@ -7,18 +7,26 @@ The dispatcher thread reports arrivals; waiters live on the event loop. A waiter
 from __future__ import annotations
 
 import asyncio
+import threading
 
 
 class ArrivalWaiters:
     def __init__(self, loop: asyncio.AbstractEventLoop):
+        """Made on the loop's own thread."""
         self.loop = loop
+        self._loop_thread = threading.get_ident()
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Dispatcher-thread callback; cheap when nobody waits on the queue."""
+        """The dispatcher's callback, on its thread or on the loop's (a small dispatch after a
+        send: the waiters are woken at once, with no trip through the loop's self-pipe); cheap
+        when nobody waits on the queue."""
         key = (topic, queue_id)
         if key in self._waiters:
-            self.loop.call_soon_threadsafe(self._wake, key)
+            if threading.get_ident() == self._loop_thread:
+                self._wake(key)
+            else:
+                self.loop.call_soon_threadsafe(self._wake, key)
 
     def _wake(self, key: tuple[str, int]) -> None:
         for fut in self._waiters.pop(key, ()):

@@ -42,6 +42,7 @@ DISK_FULL = "disk full"
 
 
 STREAM_IN_FLIGHT = 1024  # requests of one SendStream stored but not yet answered
+INLINE_DISPATCH_BYTES = 16 * 1024  # a send of at most this is dispatched on the loop, after its answer (Dispatcher.dispatch_here)
 
 
 async def undone(context, code: grpc.StatusCode, message: str) -> None:
@@ -193,9 +194,12 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                 except Refused as e:
                     answer = _refusal(accepted.request_id, e.code, e.message)
                 await write(answer)
-                # after the answer is out, not before: the dispatcher then runs while the
-                # sender reads it, instead of holding the GIL between our append and our answer
-                self.store.dispatcher.wakeup()
+                # after the answer is out, not before: dispatch then runs while the sender reads
+                # it, instead of holding the GIL between our append and our answer. A little
+                # (a trickle's batch) is dispatched right here, more by the dispatcher's thread.
+                dispatcher = self.store.dispatcher
+                if not dispatcher.dispatch_here(INLINE_DISPATCH_BYTES):
+                    dispatcher.wakeup()
             if waiting:
                 await asyncio.gather(*waiting)
         finally:

@@ -163,6 +163,27 @@ class Dispatcher(ServiceThread):
         with self._idle:
             self._idle.notify_all()
 
+    def dispatch_here(self, most: int) -> bool:
+        """Dispatch in the caller's thread (the event loop, after a send's answer) when at most
+        ``most`` bytes wait and the dispatcher thread is not at work: a consumer keeping up with
+        a trickle is then woken with no hand-off to this thread and back (two thread switches
+        per arrival on a machine whose cores the producer and the consumer share). False when
+        left to the thread: more waits, the thread is dispatching, or the last try failed."""
+        if self.failures or not self._running.acquire(blocking=False):
+            return False
+        try:
+            bound = self.bound()
+            if bound - self.reput_from > most:
+                return False
+            self._dispatch_to(bound)
+        except OSError:  # the thread retries it, and reports it
+            return False
+        finally:
+            self._running.release()
+        with self._idle:
+            self._idle.notify_all()
+        return True
+
     def _dispatch_to(self, bound: int) -> None:
         cl = self.commitlog
         while self.reput_from < bound and not self.stopped:
