@@ -42,7 +42,7 @@ DISK_FULL = "disk full"
 
 
 STREAM_IN_FLIGHT = 1024  # requests of one SendStream stored but not yet answered
-INLINE_DISPATCH_BYTES = 16 * 1024  # a send of at most this, alone in waiting, is dispatched on the loop after its answer (Dispatcher.dispatch_here)
+INLINE_DISPATCH_BYTES = 16 * 1024  # a send of at most this, alone in waiting, is dispatched on the loop (Dispatcher.dispatch_here)
 
 
 async def undone(context, code: grpc.StatusCode, message: str) -> None:
