@@ -306,6 +306,25 @@ def test_a_refusal_in_a_poll_moves_no_position(tmp_path, older):
         assert sorted(got) == [b"%d" % i for i in range(8)]
 
 
+def test_a_refusal_of_a_caught_up_consumers_long_poll_raises_and_moves_no_position(tmp_path):
+    """Caught up, a poll's one long poll is a call made in the poll's own thread (not a gRPC
+    future): a refusal of the caller by it still raises, and moves no position."""
+    with _behind_proxy(tmp_path) as (_node, proxy, c):
+        c.create_topic("acl-lp", 8)
+        consumer = Consumer(c, None, "acl-lp")
+        assert consumer.poll(timeout=0) == []  # a round found nothing: caught up
+        proxy.refuse = lambda name, _req: name == "PullQueues"
+        before = proxy.calls["PullQueues"]
+        with pytest.raises(StoreError) as e:
+            consumer.poll(timeout=5)
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert proxy.calls["PullQueues"] == before + 1  # the long poll, at once
+        assert set(consumer.positions.values()) == {0}
+        proxy.refuse = None
+        c.send_batch("acl-lp", [OutMessage(b"after")], queue=_queues(c, "acl-lp")[6])
+        assert [bytes(r.body) for r in consumer.poll(timeout=5)] == [b"after"]
+
+
 def test_a_node_without_pull_queues_is_pulled_queue_by_queue(tmp_path):
     with _behind_proxy(tmp_path, older=frozenset({"PullQueues"})) as (_node, proxy, c):
         c.create_topic("old", 4)

@@ -320,3 +320,22 @@ def test_a_status_grpc_aio_overwrote_after_a_failed_write_counts_as_the_connecti
     assert error_from(lost, "g0").code == grpc.StatusCode.UNAVAILABLE
     real = grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), details="a handler failed")
     assert (error_from(real).code, error_from(real).details) == (grpc.StatusCode.INTERNAL, "a handler failed")
+
+
+def test_a_lone_small_send_is_dispatched_on_the_loop_a_large_one_by_the_dispatcher(server, client):
+    """After a stream send's answer, a small send whose bytes are the only ones not yet
+    dispatched is dispatched on the event loop (Dispatcher.dispatch_here, store-format §6); a
+    send over 16 KiB is left to the dispatcher's thread. Either way every message is read."""
+    client.create_topic("inline", 1)
+    q = client.route("inline").queues[0]
+    on_loop = "msgstore_dispatched_on_loop_total"
+    before = metric(server, on_loop)
+    for i in range(20):  # (the thread's 1 ms look may take one now and then: not all 20)
+        assert client.send_batch("inline", [OutMessage(b"small %d" % i)], queue=q).all_ok
+    small = metric(server, on_loop) - before
+    assert 1 <= small <= 20
+    assert client.send_batch("inline", [OutMessage(b"L" * 20_000)], queue=q).all_ok
+    assert metric(server, on_loop) - before == small
+    wait_until(lambda: client.queue_offsets("inline")[q][1] == 21, timeout=10, what="21 messages in the queue")
+    got = client.pull("inline", q, 0, max_messages=100)
+    assert [bytes(m.body) for m in got.messages] == [b"small %d" % i for i in range(20)] + [b"L" * 20_000]

@@ -31,6 +31,11 @@ class Metrics:
             "msgstore_flush_latency_seconds", "Commit-log flush (msync) latency", buckets=LATENCY_BUCKETS, registry=r
         )
         self.rpc_errors = Counter("msgstore_rpc_errors", "Calls that failed, by gRPC code", ["method", "code"], registry=r)
+        self.dispatched_on_loop = Counter(
+            "msgstore_dispatched_on_loop",
+            "Sends dispatched on the event loop after their answer (a trickle's; the rest by the dispatcher thread)",
+            registry=r,
+        )
         r.register(_StoreCollector(store_ref))
         self._server = None
 

@@ -201,7 +201,10 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                 # loop it slowed 64 concurrent senders by a tenth.
                 dispatcher = self.store.dispatcher
                 own = sum(res.wrote_bytes for _, res in accepted.outcomes if res.status.stored)
-                if not (0 < own <= INLINE_DISPATCH_BYTES and dispatcher.dispatch_here(own)):
+                if 0 < own <= INLINE_DISPATCH_BYTES and dispatcher.dispatch_here(own):
+                    if self.server.metrics is not None:
+                        self.server.metrics.dispatched_on_loop.inc()
+                else:
                     dispatcher.wakeup()
             if waiting:
                 await asyncio.gather(*waiting)

@@ -537,7 +537,8 @@ class Consumer:
         calls = self._calls(queues, int(wait_s * 1000))
         lone = len(calls) == 1
         for call in calls:
-            call.start(lambda _f: done.set(), here=timeout + LATE_ANSWER_S if lone else None)
+            # (a lone call's deadline: a future's, or the poll's end where the wait for it ended)
+            call.start(lambda _f: done.set(), here=min(timeout + LATE_ANSWER_S, self.client.timeout + wait_s) if lone else None)
         deadline = time.monotonic() + timeout
         out: list[ConsumerRecord] = []
         taken: set[int] = set()

@@ -168,21 +168,25 @@ class Dispatcher(ServiceThread):
         ``most`` bytes wait and the dispatcher thread is not at work: a consumer keeping up with
         a trickle is then woken with no hand-off to this thread and back (two thread switches
         per arrival on a machine whose cores the producer and the consumer share). False when
-        left to the thread: more waits, the thread is dispatching, or the last try failed."""
+        left to the thread: more waits, a bound holds some back, the thread is dispatching, or
+        the last try failed."""
         if self.failures or not self._running.acquire(blocking=False):
             return False
         try:
             bound = self.bound()
-            if bound - self.reput_from > most:
-                return False
+            if bound < self.commitlog.max_offset or not 0 < bound - self.reput_from <= most:
+                return False  # (held back by a bound, replication's or a flush's; or done by the thread already)
             self._dispatch_to(bound)
         except OSError:  # the thread retries it, and reports it
+            return False
+        except Exception:  # a bug must not fail the send stream (its answers): the thread retries
+            log.exception("dispatch on the event loop failed at %d; left to the dispatcher thread", self.reput_from)
             return False
         finally:
             self._running.release()
         with self._idle:
             self._idle.notify_all()
-        return True
+        return self.reput_from >= bound
 
     def _dispatch_to(self, bound: int) -> None:
         cl = self.commitlog
