@@ -96,9 +96,9 @@ class _Call:
 
     def start(self, on_done=None, *, here: float | None = None) -> None:
         """Start the call; with ``here`` (seconds), make it in this thread and return once it is
-        answered, or once ``here`` has passed (about the poll's own timeout, where a future's
-        wait for it ends). For a lone call: a future would cost a thread of gRPC's own, see
-        Client.pull_queues_future."""
+        answered, or once ``here`` has passed (the deadline a future would have had, or the
+        poll's end, where the wait for a future ended). For a lone call: a future would cost a
+        thread of gRPC's own, see Client.pull_queues_future."""
         if here is not None:
             self.future = _Answered(lambda: self._invoke(True, here))
             return
