@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -112,24 +113,7 @@ class _Call:
 
     def _invoke(self, here: bool, within: float | None = None):
         c = self.consumer
-        if self.single:
-            q = self.queues[0]
-            return c.client.pull_future(
-                c.topic,
-                q,
-                c.positions[q],
-                max_messages=c.max_messages,
-                timeout_ms=self.timeout_ms,
-                tag_filter=c.tag_filter,
-                sql=c.sql,
-                group=c.group or "",
-                here=here,
-                within=within,
-            )
-        return c.client.pull_queues_future(
-            c.topic,
-            self.address,
-            [(q, c.positions[q]) for q in self.queues],
+        options: dict[str, Any] = dict(
             max_messages=c.max_messages,
             timeout_ms=self.timeout_ms,
             tag_filter=c.tag_filter,
@@ -138,6 +122,10 @@ class _Call:
             here=here,
             within=within,
         )
+        if self.single:
+            q = self.queues[0]
+            return c.client.pull_future(c.topic, q, c.positions[q], **options)
+        return c.client.pull_queues_future(c.topic, self.address, [(q, c.positions[q]) for q in self.queues], **options)
 
     def done(self) -> bool:
         return self.future is None or self.future.done()
