@@ -16,7 +16,9 @@ Workloads (1 KiB bodies, async flush):
 - ``batched-send-delayed-words``: the same, every body a JSON document with "DELAYED" and
   "TRAN_MSG" in it (a body's content must not change the send path);
 - ``async-singles``: 64 asyncio tasks each awaiting every send (the per-request cost);
-- ``pull``: a consumer reading back one queue's 100,000 messages.
+- ``pull``: a consumer reading back one queue's 100,000 messages;
+- ``sync-replicated``: a SYNC master and its follower (``inSyncReplicas=2``), 4 threads of
+  256-message batches (bench_ha's measure): every answer waits for the follower's copy.
 
 BENCH_WORKLOADS=batched-send,pull picks some; BENCH_ROUNDS (6, rounded up to even) and BENCH_SCALE (1) size them.
 """
@@ -35,9 +37,11 @@ import tempfile
 import time
 
 from msgstore.client import AsyncClient, Client, OutMessage
+from tests.ha.conftest import Group
 from tests.support.servers import ROOT, ServerProcess
 
 from .bench_grpc import batched_send
+from .bench_ha import BATCH, THREADS, _defaults
 
 PYPERF = "pyperf==2.11.0"  # as pyproject.toml's bench extra
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -45,6 +49,7 @@ BASELINES = os.path.join(RESULTS, "tmp", "baselines")
 ROUNDS = 2 * ((int(os.environ.get("BENCH_ROUNDS", "6")) + 1) // 2)  # even: each server goes first as often
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 KIB = os.urandom(1024)
+SYNC_MASTER = ["brokerRole=SYNC_MASTER", "inSyncReplicas=2"]
 WORDY = json.dumps({"status": "DELAYED", "TRAN_MSG": True, "topic": "SCHEDULE_TOPIC_XXXX", "pad": "x" * 940}).encode()[:1024]
 
 
@@ -125,11 +130,37 @@ def w_pull(client: Client, topic: str) -> float:
     return (time.perf_counter() - t) / total
 
 
-WORKLOADS = tuple(
-    w
-    for w in ("batched-send", "batched-send-delayed-words", "async-singles", "pull")
-    if w in os.environ.get("BENCH_WORKLOADS", "batched-send,batched-send-delayed-words,async-singles,pull").split(",")
-)
+def w_sync_replicated(group: Group, topic: str) -> float:
+    client = group.client(timeout=60)
+    try:
+        client.create_topic(topic, 8)
+        rate, _ = batched_send(client, topic, THREADS, int(150_000 * SCALE), BATCH, KIB, tags=None)
+        return 1 / rate
+    finally:
+        client.close()
+
+
+ALL_WORKLOADS = ("batched-send", "batched-send-delayed-words", "async-singles", "pull", "sync-replicated")
+WORKLOADS = tuple(w for w in ALL_WORKLOADS if w in os.environ.get("BENCH_WORKLOADS", ",".join(ALL_WORKLOADS)).split(","))
+
+
+def run_on(name: str, which: str, work: str, n: int, python: str | None, tree: str | None) -> float:
+    """One round of one workload on a fresh server (or replica group) of ``which``'s checkout;
+    its files deleted and written back afterwards."""
+    if name == "sync-replicated":
+        group = _defaults(Group(pathlib.Path(tempfile.mkdtemp(dir=work, prefix=f"{which}-")), 2, SYNC_MASTER, [], python=python, root=tree))
+        try:
+            return w_sync_replicated(group.start(), f"{name}-{n}")
+        finally:
+            group.kill_all()
+            for m in group.members:
+                settle(m)
+    server = _server(which, work, python, tree)
+    try:
+        return run_one(name, server, n)
+    finally:
+        server.kill()
+        settle(server)
 
 
 def run_one(name: str, server: ServerProcess, n: int) -> float:
@@ -180,12 +211,10 @@ def main() -> int:
             for r in range(ROUNDS):
                 order = ("baseline", "current") if r % 2 == 0 else ("current", "baseline")
                 for which in order:
-                    server = _server(which, work) if which == "current" else _server(which, work, python, tree)
-                    try:
-                        v = run_one(name, server, r)
-                    finally:
-                        server.kill()
-                        settle(server)
+                    if which == "current":
+                        v = run_on(name, which, work, r, None, None)
+                    else:
+                        v = run_on(name, which, work, r, python, tree)
                     values[which].setdefault(name, []).append(v)
                 b, c = values["baseline"][name][-1], values["current"][name][-1]
                 print(f"  {name} round {r + 1}: baseline {1 / b:,.0f}/s, current {1 / c:,.0f}/s ({b / c:.2f}x)", flush=True)

@@ -27,10 +27,13 @@ class Group:
         peers: bool = True,
         arbiter: str | None = None,
         failover_after: str = "never",
+        python: str | None = None,
+        root: str | None = None,
     ):
         """``peers=False``: members know nothing of each other but what the README's commands
         give them (``--group``, followers ``--replica-of`` the master). ``arbiter``: etcd's
-        URL, on every member (``failover_after``: when a follower stands for election by itself)."""
+        URL, on every member (``failover_after``: when a follower stands for election by itself).
+        ``python``/``root``: another checkout's server (make bench-compare's baseline)."""
         self.name = name
         self.ports = [free_port() for _ in range(size)]
         self.members: list[ServerProcess] = []
@@ -43,7 +46,8 @@ class Group:
             if arbiter:
                 args += ["--arbiter", arbiter, "--arbiter-ttl", ARBITER_TTL, "--failover-after", failover_after]
             settings = master_settings if i == 0 else follower_settings
-            self.members.append(ServerProcess(str(tmp_path / f"m{i}"), port=port, name=f"m{i}", settings=settings, args=args))
+            member = ServerProcess(str(tmp_path / f"m{i}"), port=port, name=f"m{i}", settings=settings, args=args, python=python, root=root)
+            self.members.append(member)
 
     def start(self, **client_kw) -> Group:
         for m in self.members:
