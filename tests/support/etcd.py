@@ -33,10 +33,13 @@ def binary() -> tuple[str, bool] | None:
     os.makedirs(CACHE, exist_ok=True)
     path = os.path.join(CACHE, "etcd")
     if not os.path.exists(path):
-        with lzma.open(packed) as src, open(path + ".tmp", "wb") as dst:
+        # a file of this process's own: two test workers unpacking at once into one name could
+        # rename into place a copy the other had just truncated and was still writing
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with lzma.open(packed) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
-        os.chmod(path + ".tmp", 0o755)
-        os.replace(path + ".tmp", path)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
     return path, False
 
 
