@@ -48,13 +48,14 @@ class Follower:
         self.sync_state_set: list[str] = []
         self.master_epochs: list[Epoch] = []
         self._tasks: list[asyncio.Task] = []
+        self._append: asyncio.Future | None = None  # an append running in a worker thread
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._run()), asyncio.ensure_future(self._metadata())]
 
     async def stop(self) -> None:
-        """Stop following. Appends run on the loop, between two reads, so once this returns
-        none is under way (a promotion must not find the log growing under it)."""
+        """Stop following; returns once no append of ours is still writing (a promotion must
+        not find the log growing under it)."""
         pending = [t for t in self._tasks if not t.done()]
         while pending:  # cancel again until done: a cancellation can be lost in a read finishing at that moment
             for t in pending:
@@ -64,6 +65,9 @@ class Follower:
         for t in self._tasks:
             if not t.cancelled() and t.exception() is not None:
                 log.debug("follower task ended with %r", t.exception())
+        if self._append is not None:
+            await asyncio.wait([self._append])
+            self._append = None
         self.connected = False
 
     def contact_age(self) -> float:
@@ -102,6 +106,16 @@ class Follower:
             raise
         except Exception:
             log.exception("looking for the master of %s failed", self.replica.group)
+
+    async def _write(self, offset: int, data: bytes) -> int:
+        """Append in a worker thread; a cancellation (stop) still lets it finish (stop waits)."""
+        loop = asyncio.get_running_loop()
+        self._append = loop.run_in_executor(None, self.replica.store.append_replicated, offset, data)
+        try:
+            return await asyncio.shield(self._append)  # type: ignore[no-any-return]
+        finally:
+            if self._append.done():
+                self._append = None
 
     def _apply_state(self, chunk: hpb.MasterChunk) -> None:
         r = self.replica
@@ -172,9 +186,7 @@ class Follower:
                 if self.master_epochs:
                     r.group_epoch = max(r.group_epoch, self.master_epochs[-1].epoch)
                 if chunk.data:
-                    # on the loop, as the master's puts are: a worker thread cost two hand-offs
-                    # per chunk (0.44 against 0.16 ms for 280 KB), on the path every SYNC put waits for
-                    end = store.append_replicated(chunk.offset, chunk.data)
+                    end = await self._write(chunk.offset, chunk.data)
                 store.dispatcher.limit = (lambda c=chunk.confirm_offset: c) if chunk.confirm_offset else None
                 self.master_end = max(chunk.master_end, end)
                 if end >= chunk.master_end:
