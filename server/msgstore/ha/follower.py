@@ -13,6 +13,8 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -25,6 +27,7 @@ from .epochs import Epoch
 from .master import epochs_pb
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 METADATA_EVERY_S = 1.0
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
@@ -48,14 +51,15 @@ class Follower:
         self.sync_state_set: list[str] = []
         self.master_epochs: list[Epoch] = []
         self._tasks: list[asyncio.Task] = []
-        self._append: asyncio.Future | None = None  # an append running in a worker thread
+        self._threads: set[asyncio.Future] = set()  # our work running in worker threads
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._run()), asyncio.ensure_future(self._metadata())]
 
     async def stop(self) -> None:
-        """Stop following; returns once no append of ours is still writing (a promotion must
-        not find the log growing under it)."""
+        """Stop following; returns once no work of ours is still running in a worker thread
+        (a promotion must not find the log growing or cut back, or the metadata rewritten,
+        under it)."""
         pending = [t for t in self._tasks if not t.done()]
         while pending:  # cancel again until done: a cancellation can be lost in a read finishing at that moment
             for t in pending:
@@ -65,9 +69,8 @@ class Follower:
         for t in self._tasks:
             if not t.cancelled() and t.exception() is not None:
                 log.debug("follower task ended with %r", t.exception())
-        if self._append is not None:
-            await asyncio.wait([self._append])
-            self._append = None
+        if self._threads:
+            await asyncio.wait(list(self._threads))
         self.connected = False
 
     def contact_age(self) -> float:
@@ -107,15 +110,24 @@ class Follower:
         except Exception:
             log.exception("looking for the master of %s failed", self.replica.group)
 
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, which a cancellation (stop) lets finish: stop
+        waits for it. Appends, cuts of the log and metadata alike: before, only appends were
+        waited for, and a stop during a cut or a metadata copy returned with it still running."""
+        fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        self._threads.add(fut)
+        fut.add_done_callback(self._done_in_thread)
+        return await asyncio.shield(fut)
+
+    def _done_in_thread(self, fut: asyncio.Future) -> None:
+        self._threads.discard(fut)
+        if not fut.cancelled():
+            fut.exception()  # retrieved here: the caller that would have may be cancelled
+
     async def _write(self, offset: int, data: bytes) -> int:
-        """Append in a worker thread; a cancellation (stop) still lets it finish (stop waits)."""
-        loop = asyncio.get_running_loop()
-        self._append = loop.run_in_executor(None, self.replica.store.append_replicated, offset, data)
-        try:
-            return await asyncio.shield(self._append)  # type: ignore[no-any-return]
-        finally:
-            if self._append.done():
-                self._append = None
+        """Append in a worker thread: the kernel's copy of the chunk then runs beside the loop
+        (on the loop it measured 0.81-1.01x the SYNC throughput side by side)."""
+        return await self._in_thread(self.replica.store.append_replicated, offset, data)
 
     def _apply_state(self, chunk: hpb.MasterChunk) -> None:
         r = self.replica
@@ -132,7 +144,7 @@ class Follower:
 
     async def _follow(self) -> None:
         r = self.replica
-        store, loop = r.store, asyncio.get_running_loop()
+        store = r.store
         timeout = store.config.haKeepaliveTimeout / 1000
         outbox: asyncio.Queue[hpb.FollowerReport | None] = asyncio.Queue()
 
@@ -168,11 +180,11 @@ class Follower:
                         log.warning(
                             "the master keeps its log from %d only (this copy ends at %d): starting the copy over", chunk.start_offset, end
                         )
-                        await loop.run_in_executor(None, store.start_over)
+                        await self._in_thread(store.start_over)
                         r.epochs.truncate_suffix(0)
                     elif chunk.truncate_to >= 0:
                         log.warning("cutting the commit log back from %d to %d: the new master never had that tail", end, chunk.truncate_to)
-                        await loop.run_in_executor(None, store.truncate_to, chunk.truncate_to)
+                        await self._in_thread(store.truncate_to, chunk.truncate_to)
                         r.epochs.truncate_suffix(chunk.truncate_to)
                     end = store.commitlog.max_offset
                     if end != chunk.start_offset and not (end == 0 and chunk.start_offset % store.commitlog.segment_size == 0):
@@ -205,7 +217,6 @@ class Follower:
 
     async def _metadata(self) -> None:
         r = self.replica
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(METADATA_EVERY_S)
             try:
@@ -221,11 +232,9 @@ class Follower:
                     # positions past checkpoints (pop) this copy has not received yet would, after a
                     # failover, skip messages nobody acknowledged: the next snapshot brings them
                     snapshot.pop("offsets")
-                await loop.run_in_executor(None, r.store.apply_metadata, snapshot, dict(md.deleted_topics))
+                await self._in_thread(r.store.apply_metadata, snapshot, dict(md.deleted_topics))
                 if md.broker_state:
-                    await loop.run_in_executor(
-                        None, copy_broker_files, r.store.layout.config_dir, dict(md.broker_state), r.store.commitlog.max_offset
-                    )
+                    await self._in_thread(copy_broker_files, r.store.layout.config_dir, dict(md.broker_state), r.store.commitlog.max_offset)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the master is away: keep what we have
