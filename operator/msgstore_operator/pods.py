@@ -7,7 +7,7 @@ import datetime
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import grpc
@@ -188,6 +188,18 @@ def _ask(spec: Spec, view: PodView, token: str | None, reach: dict[str, Any]) ->
         "group_epoch": max(r.group_epoch, r.epoch),
         "sync_state_set": list(r.sync_state_set),
     }
+
+
+def ask_again(spec: Spec, view: PodView, token: str | None) -> PodView:
+    """The pod's status and role asked once more (with the token it accepted); unchanged when it
+    does not answer now."""
+    if not view.ip or view.deleting:
+        return view
+    try:
+        status, role = _ask(spec, view, view.token or token, view.reach)
+    except StoreError:
+        return view
+    return replace(view, store=status, role=role)
 
 
 def observe(

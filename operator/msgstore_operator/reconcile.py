@@ -21,7 +21,7 @@ from msgstore.wire import config_text
 from . import decide, render, replication
 from .groups import Groups
 from .kube import ApiError, Kube
-from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, list_pods, observe
+from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, ask_again, list_pods, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
 from .tls import PLAIN, Certificates, Reaches
 from .topics import Topics
@@ -266,7 +266,11 @@ class Reconciler:
         wanted = spec.groups(replicas)
         for group, names in wanted.items():
             lease = self._lease(spec, group, groups.get(group, {}), names, out)
-            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time(), replication.LeaseView.of(lease))
+            seen = replication.LeaseView.of(lease)
+            stale = replication.stale_master_role(seen, by_name)
+            if stale is not None:  # its role was read before the Lease it renewed since
+                by_name[stale] = ask_again(spec, by_name[stale], token)
+            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time(), seen)
             if plan.waiting:
                 out.waiting = out.waiting or plan.waiting
             if plan.blocked:

@@ -132,6 +132,22 @@ def _lost_data(master: PodView | None, others: list[PodView | None], recorded_en
     return any(_usable(p) and p is not None and p.role is not None and p.role["end_offset"] > end for p in others)
 
 
+def stale_master_role(lease: LeaseView | None, pods: dict[str, PodView]) -> str | None:
+    """The Lease's holder, when the Lease records a log end beyond the one its role showed.
+
+    The pods' roles are read before the Lease: under writes the master may renew it in between,
+    with its newer end, and its log would then look as if it had gone backwards while a
+    follower, asked later, holds more: a false "lost its data" failover (seen in the e2e suite,
+    the healthy master of epoch 2 replaced 1.8 s after its election). Its role is to be asked
+    again, after the Lease, before that is judged."""
+    if lease is None or not lease.end_offset:
+        return None
+    p = pods.get(lease.holder)
+    if p is None or p.role is None or int(p.role.get("end_offset", 0)) >= lease.end_offset:
+        return None
+    return p.name
+
+
 def _ready_followers(names: list[str], pods: dict[str, PodView], master: str) -> list[PodView]:
     """The group's members other than ``master`` that are Ready, answer, and follow."""
     return [p for n in names if n != master and _usable(p := pods.get(n)) and p is not None and p.role["role"] == "SLAVE"]

@@ -233,3 +233,30 @@ def test_an_image_that_cannot_be_pulled_is_named_with_what_to_do():
     assert said.startswith("image ghcr.io/msgstore/msgstore:0.1.0 cannot be pulled for s-0, s-1: build it (make image)")
     assert "set spec.image" in said and said.count("image ghcr.io") == 1
     assert decide.unpullable_images([PodView("s-0", 0, "10.0.0.1", True, False, "")]) == ""
+
+
+def test_a_master_whose_lease_was_renewed_after_its_role_was_read_is_asked_again_not_replaced():
+    """Under writes: the roles are read, then the Lease, which the master renewed meanwhile with
+    its newer end; a follower asked after the master holds more than the master showed. Judged
+    on those readings the master "lost its data"; asked again, it has not."""
+    read_first = {p.name: p for p in (pod(0, "MASTER", end=33456), pod(1, end=33880), pod(2, end=33700))}
+    renewed = r.LeaseView("s-0", 1, ("s-0", "s-1", "s-2"), "t0", 10, end_offset=33500)
+    state = {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911", "endOffset": 33000}
+    assert r.stale_master_role(renewed, read_first) == "s-0"
+    judged_on_old = r.plan_group(spec(), "s-g0", NAMES, read_first, state, now=5, lease=renewed)
+    assert "lost its data" in judged_on_old.events[0][2]  # what the operator did before it asked again
+    asked_again = {**read_first, "s-0": pod(0, "MASTER", end=34000)}
+    assert r.stale_master_role(renewed, asked_again) is None
+    plan = r.plan_group(spec(), "s-g0", NAMES, asked_again, state, now=5, lease=renewed)
+    assert plan.actions == [] and not plan.events and plan.state["endOffset"] == 34000
+
+
+def test_a_master_whose_log_went_backwards_is_still_replaced_when_asked_again():
+    """A role read before the Lease is asked again; a log that really went backwards stays so."""
+    pods = {p.name: p for p in (pod(0, "MASTER", end=10), pod(1, end=900), pod(2, end=800))}
+    renewed = r.LeaseView("s-0", 1, ("s-0", "s-1", "s-2"), "t0", 10, end_offset=900)
+    assert r.stale_master_role(renewed, pods) == "s-0"
+    plan = r.plan_group(spec(), "s-g0", NAMES, pods, {"master": "s-0", "epoch": 1}, now=5, lease=renewed)
+    assert plan.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-1", 2), r.Promote("s-1", 2, "SYNC")]
+    assert r.stale_master_role(None, pods) is None
+    assert r.stale_master_role(r.LeaseView("s-0", 1, (), "t0", 10), pods) is None  # no end recorded
