@@ -217,11 +217,8 @@ def main() -> int:
                 for r in range(ROUNDS):
                     order = ("baseline", "current") if r % 2 == 0 else ("current", "baseline")
                     for which in order:
-                        if which == "current":
-                            v = run_on(name, which, work, r, None, None)
-                        else:
-                            v = run_on(name, which, work, r, python, tree)
-                        values[which].setdefault(name, []).append(v)
+                        theirs = (python, tree) if which == "baseline" else (None, None)  # None: this checkout
+                        values[which].setdefault(name, []).append(run_on(name, which, work, r, *theirs))
                     b, c = values["baseline"][name][-1], values["current"][name][-1]
                     print(f"  {name} round {r + 1}: baseline {1 / b:,.0f}/s, current {1 / c:,.0f}/s ({b / c:.2f}x)", flush=True)
             except Exception as e:  # (a baseline older than replication cannot run sync-replicated): the others still count
