@@ -41,7 +41,7 @@ from tests.ha.conftest import Group
 from tests.support.servers import ROOT, ServerProcess
 
 from .bench_grpc import batched_send
-from .bench_ha import BATCH, THREADS, _defaults
+from .bench_ha import _defaults, send_rate
 
 PYPERF = "pyperf==2.11.0"  # as pyproject.toml's bench extra
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -134,8 +134,7 @@ def w_sync_replicated(group: Group, topic: str) -> float:
     client = group.client(timeout=60)
     try:
         client.create_topic(topic, 8)
-        rate, _ = batched_send(client, topic, THREADS, int(150_000 * SCALE), BATCH, KIB, tags=None)
-        return 1 / rate
+        return 1 / send_rate(client, topic, int(150_000 * SCALE))
     finally:
         client.close()
 
