@@ -123,9 +123,24 @@ class _Proxy(grpc.GenericRpcHandler):
 
     def service(self, details):
         name = details.method.rsplit("/", 1)[1]
-        self.calls[name] += 1
-        if name in self.older:
+        if name in self.older or (name == "PullQueuesStream" and "PullQueues" in self.older):
+            self.calls[name] += 1
             return None
+        if name == "PullQueuesStream":  # counted by request, each passed on as a PullQueues
+            self.calls["PullQueuesStream opened"] += 1
+            pull_queues = self.channel.unary_unary(
+                details.method.replace("PullQueuesStream", "PullQueues"), request_serializer=None, response_deserializer=None
+            )
+
+            def forward_each(requests, ctx):
+                for req in requests:
+                    self.calls[name] += 1
+                    if self.refuse is not None and self.refuse(name, req):
+                        ctx.abort(grpc.StatusCode.PERMISSION_DENIED, "no")
+                    yield pull_queues(req, timeout=60)
+
+            return grpc.stream_stream_rpc_method_handler(forward_each, None, None)
+        self.calls[name] += 1
         fn = self.channel.unary_unary(details.method, request_serializer=None, response_deserializer=None)
 
         def forward(req, ctx):
@@ -167,7 +182,8 @@ def test_an_idle_consumer_waits_in_one_call_per_node(tmp_path):
         t.join(10)
         assert [bytes(r.body) for r in got] == [b"wake"]
         assert proxy.calls["Pull"] == 0
-        assert proxy.calls["PullQueues"] == 5  # a round that found nothing (4 calls of 8 queues), then the long poll
+        assert proxy.calls["PullQueues"] == 4  # a round that found nothing (4 calls of 8 queues)
+        assert proxy.calls["PullQueuesStream"] == 1  # then the long poll, on the node's pull stream
 
 
 def test_a_poll_waits_its_whole_timeout_over_several_long_polls(tmp_path):
@@ -186,11 +202,11 @@ def test_a_poll_waits_its_whole_timeout_over_several_long_polls(tmp_path):
 
         for topic, run in (("sync", sync_poll), ("aio", lambda: asyncio.run(aio_poll()))):
             c.create_topic(topic, 8)
-            before = proxy.calls["PullQueues"]
+            before = _long_polls(proxy)
             t = threading.Thread(target=run)
             t.start()
             # a round that found nothing, then several long polls, all in the one poll
-            wait_until(lambda b=before: proxy.calls["PullQueues"] >= b + 8, timeout=10, what="long polls one after another")
+            wait_until(lambda b=before: _long_polls(proxy) >= b + 8, timeout=10, what="long polls one after another")
             assert t.is_alive()
             c.send_batch(topic, [OutMessage(b"late")], queue=_queues(c, topic)[3])
             t.join(10)
@@ -198,17 +214,19 @@ def test_a_poll_waits_its_whole_timeout_over_several_long_polls(tmp_path):
 
 
 def test_a_consumer_keeping_up_makes_one_call_per_poll_and_a_backlog_is_read_in_rounds(tmp_path, monkeypatch):
-    """Caught up, a poll long-polls at once (one call per node, answered as soon as something is
-    there): it made a round of 4 calls first, 5 calls per arrival in a trickle. That one call is
-    made in the caller's thread: as a gRPC future it started a thread of gRPC's per arrival
-    (1,000 a second at 5,000 msg/s). Behind (a poll came back full), rounds of concurrent calls
-    read the backlog. No message is skipped."""
+    """Caught up, a poll long-polls at once (one request per node on its pull stream, answered
+    as soon as something is there): it made a round of 4 calls first, 5 calls per arrival in a
+    trickle. No thread is started per arrival: as a gRPC future each long poll started one of
+    gRPC's (1,000 a second at 5,000 msg/s); the stream's threads start once. Behind (a poll
+    came back full), rounds of concurrent calls read the backlog. No message is skipped."""
     with _behind_proxy(tmp_path) as (_node, proxy, c):
         c.create_topic("trickle", 8)
         queues = _queues(c, "trickle")
         consumer = Consumer(c, None, "trickle", max_messages=64)
         assert consumer.poll(timeout=0) == []  # (a round: positions and connections set up)
-        before = proxy.calls["PullQueues"]
+        c.send_batch("trickle", [OutMessage(b"first")], queue=queues[0])
+        assert [bytes(r.body) for r in consumer.poll(timeout=5)] == [b"first"]  # (the stream opened)
+        before = proxy.calls["PullQueuesStream"]
         started: list[str] = []  # threads started by this thread (not the proxy's own)
         me, start = threading.current_thread(), threading.Thread.start
 
@@ -222,19 +240,25 @@ def test_a_consumer_keeping_up_makes_one_call_per_poll_and_a_backlog_is_read_in_
             # consumer's first look at it had its messages skipped; about one run in three saw it here)
             c.send_batch("trickle", [OutMessage(b"%d" % i)], queue=queues[i % 8])
             assert [bytes(r.body) for r in consumer.poll(timeout=5)] == [b"%d" % i]
-        assert proxy.calls["PullQueues"] - before == 30
+        assert proxy.calls["PullQueuesStream"] - before == 30
+        assert proxy.calls["PullQueuesStream opened"] == 1
         assert started == []
         monkeypatch.undo()
         for q in queues.values():
             c.send_batch("trickle", [OutMessage(b"b")] * 20, queue=q)
-        _dispatched(c, "trickle", 30 + 160)  # (an acknowledged message is filed in its queue a moment later)
+        _dispatched(c, "trickle", 31 + 160)  # (an acknowledged message is filed in its queue a moment later)
         got = consumer.poll(timeout=5)  # caught up: one long poll, which answers with 160 at once
         assert len(got) == 160
         before = proxy.calls["PullQueues"]
         c.send_batch("trickle", [OutMessage(b"c")], queue=queues[5])
-        _dispatched(c, "trickle", 30 + 160 + 1)
+        _dispatched(c, "trickle", 31 + 160 + 1)
         assert [bytes(r.body) for r in consumer.poll(timeout=5)] == [b"c"]
         assert proxy.calls["PullQueues"] - before == 4  # behind: a round of concurrent calls
+
+
+def _long_polls(proxy) -> int:
+    """Calls and stream requests of PullQueues the proxy passed on."""
+    return proxy.calls["PullQueues"] + proxy.calls["PullQueuesStream"]
 
 
 def _dispatched(c, topic: str, n: int) -> None:
@@ -313,12 +337,12 @@ def test_a_refusal_of_a_caught_up_consumers_long_poll_raises_and_moves_no_positi
         c.create_topic("acl-lp", 8)
         consumer = Consumer(c, None, "acl-lp")
         assert consumer.poll(timeout=0) == []  # a round found nothing: caught up
-        proxy.refuse = lambda name, _req: name == "PullQueues"
-        before = proxy.calls["PullQueues"]
+        proxy.refuse = lambda name, _req: name in ("PullQueues", "PullQueuesStream")
+        before = _long_polls(proxy)
         with pytest.raises(StoreError) as e:
             consumer.poll(timeout=5)
         assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
-        assert proxy.calls["PullQueues"] == before + 1  # the long poll, at once
+        assert _long_polls(proxy) == before + 1  # the long poll, at once
         assert set(consumer.positions.values()) == {0}
         proxy.refuse = None
         c.send_batch("acl-lp", [OutMessage(b"after")], queue=_queues(c, "acl-lp")[6])

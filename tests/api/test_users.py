@@ -456,7 +456,7 @@ def test_check_backs_reach_only_producers_allowed_to_publish_the_topic(servers, 
 
 def test_a_revoke_applies_to_streams_already_open(secured):
     """A stream is checked when it opens and again for each request or answer: deleting the
-    user ends a send stream's and a subscription's service at the next message."""
+    user ends a send stream's, a pull stream's and a subscription's service at the next message."""
     with Client(secured.address, admin_token=ADMIN, timeout=10) as admin:
         admin.put_user(
             "streamer",
@@ -468,7 +468,13 @@ def test_a_revoke_applies_to_streams_already_open(secured):
             q = c.route("orders").queues[0]
             subscription = iter(c.subscribe("orders", q, offset=0))
             assert next(subscription).messages
+            pulls = c.pull_stream(secured.address)  # a consumer's long polls
+            one = pb.PullQueuesRequest(pulls=[pb.PullRequest(topic="orders", queue_id=q.queue_id, group="g", raw=True)])
+            assert pulls.pull(one, within=10).results[0].record_count == 1
             admin.delete_user("streamer")
+            with pytest.raises(grpc.RpcError) as refused:
+                pulls.pull(one, within=10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
             with pytest.raises(StoreError) as e:
                 for _ in range(5):  # the stream's next request is refused (the client may retry once on a fresh call)
                     c.send_batch("orders", [OutMessage(b"after")], queue=q)

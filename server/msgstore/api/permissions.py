@@ -63,6 +63,7 @@ V1: dict[str, Callable[[Any], Iterable[Need]]] = {
     "SendStream": _none,  # likewise, per request
     "Pull": _topic_and_group("sub"),
     "PullQueues": _pull_queues,
+    "PullQueuesStream": _none,  # each request as a PullQueues (pull_queues.PullQueuesStream)
     "Subscribe": _topic_and_group("sub"),
     "QueryByKey": lambda r: [("topic", r.topic, "get")],
     "GetMessage": _none,  # the topic of the message found (servicer.GetMessage)

@@ -14,8 +14,12 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+import grpc
+
+from ..acl.identity import CALLER, Denied
 from ..store import GetStatus
 from ..v1 import msgstore_pb2 as pb
+from . import permissions
 from . import validation as v
 from .convert import varint
 
@@ -43,6 +47,34 @@ class PullQueuesHandlers:
     async def PullQueues(self, request: pb.PullQueuesRequest, context) -> bytes:
         await self._ready(context)  # type: ignore[attr-defined]
         await self._readable(context)  # type: ignore[attr-defined]
+        return await self._answer(request, context)
+
+    async def PullQueuesStream(self, requests, context) -> None:
+        """PullQueues over one stream, for a consumer that long-polls a trickle: each of its
+        calls cost the store an empty gRPC call's 340-360 µs of CPU in Python, a request and
+        its answer on a stream 155 µs (measured on this VM, no store behind either). Each
+        request is checked as its own PullQueues call would be (the caller's rights too, a
+        revoke applying to the next request); a refusal ends the stream with its status."""
+        async for request in requests:
+            if isinstance(request, v.BadRequest):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+            await self._ready(context)  # type: ignore[attr-defined]
+            await self._readable(context)  # type: ignore[attr-defined]
+            try:
+                caller = self.server.authenticator.refreshed(CALLER.get())
+                CALLER.set(caller)
+                permissions.require(caller, permissions.V1["PullQueues"](request))
+                answer = await self._answer(request, context)
+            except v.InvalidArgument as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            except v.TopicNotFound as e:
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            except Denied as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
+            await context.write(answer)
+
+    async def _answer(self, request: pb.PullQueuesRequest, context) -> bytes:
+        """A PullQueuesResponse, serialized; InvalidArgument naming the field."""
         if not request.pulls:
             raise v.InvalidArgument("pulls", "names no queue")
         if len(request.pulls) > MAX_PULLS:

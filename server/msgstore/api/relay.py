@@ -55,6 +55,7 @@ READS = frozenset(
     {
         "Pull",
         "PullQueues",
+        "PullQueuesStream",
         "Subscribe",
         "GetQueueOffsets",
         "GetOffsetByTime",

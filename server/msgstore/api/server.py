@@ -121,7 +121,7 @@ class StoreServer(Member):
         if method.client_streaming:
 
             async def bidi(requests, context):
-                address = await relay.target(context)
+                address = await relay.target(context, reads=reads)  # (a pull stream reads; a send stream does not)
                 if address is None:
                     return await fn(requests, context)
                 return await relay.bidi(path, requests, context, address)

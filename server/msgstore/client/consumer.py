@@ -26,7 +26,7 @@ import grpc
 
 from ..record import codec
 from ..record.selector import SelectorError, compile_selector
-from .client import Client, PullResult, StoreError, pull_result
+from .client import Client, PullResult, StoreError, pull_queues_request, pull_result
 from .errors import error_from
 from .membership import (
     BROADCASTING,
@@ -37,6 +37,7 @@ from .membership import (
     broadcast_group,
     default_client_id,
 )
+from .pull_stream import PullStream
 from .routing import QueueRef
 
 REFRESH_S = 30.0  # how often new nodes' queues are looked for
@@ -93,6 +94,7 @@ class _Call:
         self.queues = queues
         self.timeout_ms = timeout_ms
         self.single = single
+        self.streamed = False  # made on the node's pull stream
         self.future = None
 
     def start(self, on_done=None, *, here: float | None = None) -> None:
@@ -125,7 +127,12 @@ class _Call:
         if self.single:
             q = self.queues[0]
             return c.client.pull_future(c.topic, q, c.positions[q], **options)
-        return c.client.pull_queues_future(c.topic, self.address, [(q, c.positions[q]) for q in self.queues], **options)
+        queues = [(q, c.positions[q]) for q in self.queues]
+        if here and within is not None and self.address not in c._unary_only:
+            self.streamed = True
+            request = pull_queues_request(c.topic, queues, c.max_messages, self.timeout_ms, c.tag_filter, c.group or "", c.sql)
+            return c._pull_stream(self.address).pull(request, within)
+        return c.client.pull_queues_future(c.topic, self.address, queues, **options)
 
     def done(self) -> bool:
         return self.future is None or self.future.done()
@@ -144,7 +151,9 @@ class _Call:
         except grpc.RpcError as e:
             if e.code() in REFUSED_CALLER:  # about us, not the node: passing over it would look like no messages
                 raise error_from(e, self.address) from None
-            if not self.single and e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            if self.streamed and e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self.consumer._unary_only.add(self.address)  # older than the stream: PullQueues calls
+            elif not self.single and e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.consumer._pull_each.add(self.address)
             return []
         except Exception:
@@ -210,6 +219,8 @@ class Consumer:
         self.sql = checked_selector(sql, tag_filter)  # a SQL92 selector on properties instead of tag_filter
         self.max_messages = max_messages
         self._pull_each: set[str] = set()  # nodes without PullQueues (older): a Pull per queue
+        self._unary_only: set[str] = set()  # nodes without PullQueuesStream (older): a call per long poll
+        self._streams: dict[str, PullStream] = {}  # by node: its long polls when we are caught up
         self.long_poll_ms = long_poll_ms
         self.positions: dict[QueueRef, int] = {}
         self._committed: dict[QueueRef, int] = {}
@@ -355,6 +366,8 @@ class Consumer:
             return
         self._closed = True
         self._stopped.set()
+        for stream in list(self._streams.values()):
+            stream.close()
         if self._beats is not None:
             self._beats.join(10)
         if self.membership is None:
@@ -389,6 +402,13 @@ class Consumer:
             self._allocated_for = None  # allocate again over the route's queues
             return
         self._start_positions([q for q in route.queues if q not in self.positions])
+
+    def _pull_stream(self, address: str) -> PullStream:
+        """The node's open pull stream, opened again after one that failed."""
+        stream = self._streams.get(address)
+        if stream is None or stream.closed:
+            stream = self._streams[address] = self.client.pull_stream(address)
+        return stream
 
     def _incomplete(self) -> bool:
         """Some node of the route is down, or some queue has no position yet."""

@@ -54,6 +54,11 @@ class MessageStoreStub:
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.SerializeToString,
                 response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.FromString,
                 _registered_method=True)
+        self.PullQueuesStream = channel.stream_stream(
+                '/msgstore.v1.MessageStore/PullQueuesStream',
+                request_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.SerializeToString,
+                response_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.FromString,
+                _registered_method=True)
         self.Subscribe = channel.unary_stream(
                 '/msgstore.v1.MessageStore/Subscribe',
                 request_serializer=msgstore_dot_v1_dot_msgstore__pb2.SubscribeRequest.SerializeToString,
@@ -198,6 +203,17 @@ class MessageStoreServicer:
     def PullQueues(self, request, context):
         """Several queues of this node in one call (a consumer's whole share): each pull as Pull would
         answer it, in request order; with timeout_ms, waits until any of them has messages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullQueuesStream(self, request_iterator, context):
+        """PullQueues over one long-lived stream: each request is answered, in order, as PullQueues
+        would answer it (with timeout_ms, once any of its queues has messages), one answer at a
+        time. A consumer long-polling a trickle makes one call per arrival; on a stream each costs
+        the store a message instead of a call (less than half the CPU in Python gRPC). A request
+        PullQueues would refuse ends the stream with that status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -386,6 +402,11 @@ def add_MessageStoreServicer_to_server(servicer, server):
             ),
             'PullQueues': grpc.unary_unary_rpc_method_handler(
                     servicer.PullQueues,
+                    request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.FromString,
+                    response_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.SerializeToString,
+            ),
+            'PullQueuesStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PullQueuesStream,
                     request_deserializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.FromString,
                     response_serializer=msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.SerializeToString,
             ),
@@ -606,6 +627,33 @@ class MessageStore:
             request,
             target,
             '/msgstore.v1.MessageStore/PullQueues',
+            msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.SerializeToString,
+            msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullQueuesStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/msgstore.v1.MessageStore/PullQueuesStream',
             msgstore_dot_v1_dot_msgstore__pb2.PullQueuesRequest.SerializeToString,
             msgstore_dot_v1_dot_msgstore__pb2.PullQueuesResponse.FromString,
             options,
