@@ -4,6 +4,7 @@ node older than the stream."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import signal
@@ -12,7 +13,7 @@ import time
 import grpc
 import pytest
 
-from msgstore.client import Client, Consumer, OutMessage
+from msgstore.client import AsyncClient, AsyncConsumer, Client, Consumer, OutMessage
 from msgstore.client.client import decode_records
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
@@ -116,3 +117,33 @@ def test_a_node_without_the_stream_is_long_polled_with_calls(tmp_path):
         assert got == [b"%d" % i for i in range(6)]
         assert proxy.calls["PullQueuesStream"] == 1  # asked once, answered UNIMPLEMENTED
         assert proxy.calls["PullQueues"] >= 6  # a call per long poll (the round was a Pull per queue: one each)
+
+
+@pytest.mark.parametrize("older", [frozenset(), frozenset({"PullQueuesStream"})], ids=["stream", "older node"])
+def test_the_asyncio_consumer_long_polls_on_the_stream_too(tmp_path, older):
+    """AsyncConsumer, caught up, sends its lone long poll on the node's stream (one stream for
+    every poll); a node older than the stream is asked once and long-polled with calls after."""
+    with _behind_proxy(tmp_path, older=older) as (_node, proxy, c):
+        c.create_topic("aio-trickle", 4)
+        queues = _queues(c, "aio-trickle")
+
+        async def trickle() -> list[bytes]:
+            got: list[bytes] = []
+            async with AsyncClient(c.route("aio-trickle").nodes[0].address, timeout=10) as ac:  # (the proxy's)
+                async with AsyncConsumer(ac, None, "aio-trickle") as consumer:
+                    assert await consumer.poll(timeout=0) == []  # a round found nothing: caught up
+                    for i in range(8):
+                        await asyncio.to_thread(c.send_batch, "aio-trickle", [OutMessage(b"%d" % i)], queue=queues[i % 4])
+                        deadline = time.monotonic() + 10
+                        while len(got) <= i and time.monotonic() < deadline:
+                            got += [bytes(r.body) for r in await consumer.poll(timeout=2)]
+            return got
+
+        assert asyncio.run(trickle()) == [b"%d" % i for i in range(8)]
+        if older:
+            assert proxy.calls["PullQueuesStream"] == 1  # asked once, answered UNIMPLEMENTED
+            assert proxy.calls["PullQueues"] >= 8
+        else:
+            assert proxy.calls["PullQueuesStream opened"] == 1
+            assert proxy.calls["PullQueuesStream"] >= 8
+            assert proxy.calls["PullQueues"] == 1  # the round (4 queues, one call), nothing after

@@ -24,6 +24,7 @@ from .client import (
     StoreError,
     check_topic,
     encode_send,
+    pull_queues_request,
     pull_request,
     pull_result,
 )
@@ -31,6 +32,7 @@ from .connection import Security, aio_channel, split_endpoints
 from .delays import delay_properties, group_properties
 from .errors import error_from
 from .pop import AsyncPopCalls
+from .pull_stream import AsyncPullStream
 from .routing import (
     PROBE_TIMEOUT_S,
     REFUSED,
@@ -361,12 +363,13 @@ class AsyncClient(AsyncPopCalls):
     ) -> list[tuple[QueueRef, pb.PullResponse]]:
         """As Client.pull_queues_future: several queues read at ``address`` in one call, each
         with its answer; ``timeout_ms`` waits until any has messages."""
-        req = pb.PullQueuesRequest(
-            pulls=[pull_request(topic, q, offset, max_messages, 0, tag_filter, group, sql=sql) for q, offset in queues],
-            timeout_ms=timeout_ms,
-        )
+        req = pull_queues_request(topic, queues, max_messages, timeout_ms, tag_filter, group, sql)
         resp = await self._call(address, "PullQueues", req, timeout=self.timeout + timeout_ms / 1000)
         return list(zip((q for q, _ in queues), resp.results))
+
+    def pull_stream(self, address: str) -> AsyncPullStream:
+        """As Client.pull_stream: a PullQueuesStream opened to ``address``."""
+        return AsyncPullStream(self.stub(address).PullQueuesStream, self.security.data_metadata())
 
     async def heartbeat(
         self, address: str, request: pb.HeartbeatRequest, node: str = "", timeout: float | None = None

@@ -10,9 +10,11 @@ import time
 import grpc
 
 from .aio import AsyncClient
-from .client import StoreError, pull_result
+from .client import StoreError, pull_queues_request, pull_result
 from .consumer import CLAIM_RETRY_S, IDLE_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector, plenty
+from .errors import error_from
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
+from .pull_stream import AsyncPullStream, StreamEnded
 from .routing import QueueRef
 
 
@@ -44,6 +46,8 @@ class AsyncConsumer:
         self.sql = checked_selector(sql, tag_filter)  # a SQL92 selector on properties instead of tag_filter
         self.max_messages = max_messages
         self._pull_each: set[str] = set()  # nodes without PullQueues (older): a Pull per queue
+        self._unary_only: set[str] = set()  # nodes without PullQueuesStream (older): a call per long poll
+        self._streams: dict[str, AsyncPullStream] = {}  # by node: its lone long polls
         self.long_poll_ms = long_poll_ms
         self.positions: dict[QueueRef, int] = {}
         self._committed: dict[QueueRef, int] = {}
@@ -224,11 +228,13 @@ class AsyncConsumer:
                 by_address.setdefault(await self.client.read_address(self.topic, q), []).append(q)
             except StoreError:
                 continue
-        calls = [
-            asyncio.ensure_future(self._pull_node(address, qs[i : i + MAX_QUEUES_PER_CALL], timeout_ms))
-            for address, qs in by_address.items()
-            for i in range(0, len(qs), MAX_QUEUES_PER_CALL)
+        parts = [
+            (address, qs[i : i + MAX_QUEUES_PER_CALL]) for address, qs in by_address.items() for i in range(0, len(qs), MAX_QUEUES_PER_CALL)
         ]
+        # a lone long poll goes on the node's pull stream; several are not (the first answer cancels
+        # the others, and a cancelled pull closes its stream)
+        lone = len(parts) == 1 and timeout_ms > 0
+        calls = [asyncio.ensure_future(self._pull_node(address, qs, timeout_ms, lone)) for address, qs in parts]
         answered: list[list[tuple[QueueRef, object]]] = []
         pending = set(calls)
         try:
@@ -247,7 +253,23 @@ class AsyncConsumer:
             self._took(answers, out)
         return out
 
-    async def _pull_node(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
+    async def _pull_node(self, address: str, queues: list[QueueRef], timeout_ms: int, lone: bool = False) -> list[tuple[QueueRef, object]]:
+        if lone and len(queues) > 1 and address not in self._pull_each and address not in self._unary_only:
+            try:
+                return await self._stream_pull(address, queues, timeout_ms)
+            except StoreError as e:
+                if e.code in REFUSED_CALLER:
+                    raise
+                if e.code == grpc.StatusCode.UNAVAILABLE:  # (as a call's below)
+                    try:
+                        await self.client.route(self.topic, refresh=True)
+                    except StoreError:
+                        pass
+                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                    return []
+                self._unary_only.add(address)  # older than the stream: PullQueues calls
+            except (TimeoutError, StreamEnded):
+                return []
         kw = {
             "max_messages": self.max_messages,
             "timeout_ms": timeout_ms,
@@ -280,6 +302,20 @@ class AsyncConsumer:
 
         return [r for r in await asyncio.gather(*[one(q) for q in queues]) if r is not None]
 
+    async def _stream_pull(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
+        """A long poll as a request on the node's pull stream (opened again after one that failed)."""
+        stream = self._streams.get(address)
+        if stream is None or stream.closed:
+            stream = self._streams[address] = self.client.pull_stream(address)
+        request = pull_queues_request(
+            self.topic, [(q, self.positions[q]) for q in queues], self.max_messages, timeout_ms, self.tag_filter, self.group or "", self.sql
+        )
+        try:
+            resp = await stream.pull(request, self.client.timeout + timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            raise error_from(e, address) from None
+        return list(zip(queues, resp.results))
+
     def _took(self, answers: list[tuple[QueueRef, object]], out: list[ConsumerRecord]) -> None:
         for q, resp in answers:
             if q not in self.positions:
@@ -307,6 +343,8 @@ class AsyncConsumer:
         if self._closed:
             return
         self._closed = True
+        for stream in self._streams.values():
+            stream.close()
         if self._beats is not None:
             self._beats.cancel()
             try:

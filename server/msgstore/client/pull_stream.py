@@ -14,6 +14,7 @@ notified only when a pull's deadline comes before the time it already sleeps unt
 
 from __future__ import annotations
 
+import asyncio
 import math
 import queue
 import threading
@@ -89,6 +90,29 @@ class PullStream:
                 self._lock.wait(None if self._due is None else self._due - now)
 
 
-def unimplemented(e: BaseException) -> bool:
-    """A node older than PullQueuesStream (it answers the stream UNIMPLEMENTED)."""
-    return isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+class AsyncPullStream:
+    """PullStream for asyncio (AsyncConsumer): the read's timeout is ``asyncio.wait_for``'s, so
+    no watchdog. A pull cancelled or timed out leaves its request unanswered on the stream, so
+    the stream is closed then (its late answer would be taken for the next request's)."""
+
+    def __init__(self, method: Any, metadata: tuple | None):
+        self._call = method(metadata=metadata or None)
+        self.closed = False
+
+    async def pull(self, request: pb.PullQueuesRequest, within: float) -> pb.PullQueuesResponse:
+        """The answer to ``request``; the stream's ``grpc.aio.AioRpcError``, TimeoutError past
+        ``within`` seconds, or StreamEnded. After any of them the stream is closed."""
+        try:
+            await self._call.write(request)
+            answer = await asyncio.wait_for(self._call.read(), within)
+        except BaseException:
+            self.close()
+            raise
+        if answer is grpc.aio.EOF:
+            self.close()
+            raise StreamEnded("the node ended the pull stream")
+        return answer  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.closed = True
+        self._call.cancel()
