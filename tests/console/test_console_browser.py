@@ -115,6 +115,14 @@ def confirm_and_submit(driver: webdriver.Chrome, button) -> str:
     return question
 
 
+def shown(driver: webdriver.Chrome, by: str, value: str):
+    """The element once the page that has it is there: a click that submits a form or follows a
+    link returns before the next page has loaded (under load, a search on the replicated store
+    was not answered by the time the result was looked for)."""
+    wait_until(lambda: driver.find_elements(by, value), timeout=30, what=f"{value} on the page")
+    return driver.find_element(by, value)
+
+
 def flash(driver: webdriver.Chrome) -> str:
     wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, ".flash"), timeout=20, what="the action's outcome")
     return " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, ".flash"))
@@ -190,7 +198,7 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         driver.find_element(By.ID, "access_key").send_keys(OPS[0])
         driver.find_element(By.ID, "secret_key").send_keys("not-the-secret")
         driver.find_element(By.ID, "sign-in").click()
-        assert "UNAUTHENTICATED" in driver.find_element(By.ID, "error").text
+        assert "UNAUTHENTICATED" in shown(driver, By.ID, "error").text
 
         sign_in(driver, console, OPS)
         # the cluster: one group of three, its master, epoch and in-sync set
@@ -230,11 +238,12 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         form.find_element(By.NAME, "topic").send_keys("orders")
         form.find_element(By.NAME, "key").send_keys("order-4711")
         form.find_element(By.TAG_NAME, "button").click()
-        assert driver.find_element(By.ID, "result-count").text.startswith("1 message")
+        assert shown(driver, By.ID, "result-count").text.startswith("1 message")
         shot(driver, "06-search-by-key")
         driver.find_element(By.CSS_SELECTOR, "table#results a.open").click()
-        driver.find_element(By.LINK_TEXT, "json").click()
-        body = driver.find_element(By.ID, "body").text
+        shown(driver, By.LINK_TEXT, "json").click()
+        wait_until(lambda: "form=json" in driver.current_url, timeout=30, what="the message as JSON")
+        body = shown(driver, By.ID, "body").text
         assert json.loads(body) == {"order": 4711, "status": "paid"}
         assert "order-4711" in driver.find_element(By.ID, "fields").text
         shot(driver, "07-message")
