@@ -147,3 +147,21 @@ def test_the_asyncio_consumer_long_polls_on_the_stream_too(tmp_path, older):
             assert proxy.calls["PullQueuesStream opened"] == 1
             assert proxy.calls["PullQueuesStream"] >= 8
             assert proxy.calls["PullQueues"] == 1  # the round (4 queues, one call), nothing after
+
+
+def test_a_stream_to_a_node_no_longer_read_alone_is_closed(servers):
+    """Only a lone long poll takes a stream: when it goes to another node (a failover moved the
+    queues), the stream to the first is closed, and its watchdog thread ends."""
+    first, second = servers("first"), servers("second")
+    with Client(first.address, timeout=10) as c:
+        c.create_topic("moved", 2)
+        consumer = Consumer(c, None, "moved")
+        old = consumer._pull_stream(first.address)
+        assert consumer._pull_stream(first.address) is old  # (kept while it is the one read)
+        new = consumer._pull_stream(second.address)
+        assert old.closed and not new.closed
+        assert list(consumer._streams) == [second.address]
+        old._watchdog.join(10)
+        assert not old._watchdog.is_alive()
+        consumer.close()
+        assert new.closed

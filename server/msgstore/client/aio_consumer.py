@@ -306,6 +306,8 @@ class AsyncConsumer:
         """A long poll as a request on the node's pull stream (opened again after one that failed)."""
         stream = self._streams.get(address)
         if stream is None or stream.closed:
+            for other in [a for a in self._streams if a != address]:  # (one we no longer read alone: as Consumer's)
+                self._streams.pop(other).close()
             stream = self._streams[address] = self.client.pull_stream(address)
         request = pull_queues_request(
             self.topic, [(q, self.positions[q]) for q in queues], self.max_messages, timeout_ms, self.tag_filter, self.group or "", self.sql

@@ -404,9 +404,13 @@ class Consumer:
         self._start_positions([q for q in route.queues if q not in self.positions])
 
     def _pull_stream(self, address: str) -> PullStream:
-        """The node's open pull stream, opened again after one that failed."""
+        """The node's open pull stream, opened again after one that failed. Only a lone long
+        poll takes a stream, so one to another node is one we no longer read alone (a failover
+        moved the queues, say): it is closed (its threads would otherwise wait until ours)."""
         stream = self._streams.get(address)
         if stream is None or stream.closed:
+            for other in [a for a in self._streams if a != address]:
+                self._streams.pop(other).close()
             stream = self._streams[address] = self.client.pull_stream(address)
         return stream
 
