@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import collections
 
+import grpc
 import pytest
 from rocketmq import Producer
 
 from msgstore.client import AsyncClient, Client, Consumer, OutMessage, QueueRef, StoreError
+from msgstore.client.client import decode_records
 from msgstore.v1 import msgstore_pb2 as pb
 from tests.api import test_cli as cli
 from tests.rocketmq.conftest import config, started
@@ -256,3 +258,24 @@ def test_a_message_is_found_by_its_id_through_any_node(cluster, forwarders):
         for node in ("store-0", "store-1"):
             got = c.get_message(sent[node].message_id)
             assert got.msg_id == sent[node].message_id and got.body.startswith(b"by id")
+
+
+def test_a_pull_stream_through_an_access_point_is_served_by_its_group(cluster, forwarders):
+    """A PullQueuesStream naming another replica group (x-msgstore-node) is passed on to that
+    group's master request by request; a request that cannot be decoded ends it INVALID_ARGUMENT,
+    as it would where it is served (it was passed on as CANCELLED, silently)."""
+    with_access_point(cluster)
+    fwd = forwarders(cluster[2].address)
+    with Client(fwd.address, timeout=10) as c:
+        c.create_topic("apstream", 2)
+        far = next(q for q in c.route("apstream").queues if q.node == "store-0")
+        c.send_batch("apstream", [OutMessage(b"far away")], queue=far)
+        with grpc.insecure_channel(fwd.address) as channel:
+            call = channel.stream_stream("/msgstore.v1.MessageStore/PullQueuesStream", request_serializer=None, response_deserializer=None)
+            pull = pb.PullQueuesRequest(pulls=[pb.PullRequest(topic="apstream", queue_id=far.queue_id, raw=True)], timeout_ms=5000)
+            answers = call(iter([pull.SerializeToString(), b"\xff\xff\xff"]), metadata=[("x-msgstore-node", "store-0")], timeout=30)
+            first = pb.PullQueuesResponse.FromString(next(answers))
+            assert [m.body for m in decode_records(first.results[0].records)] == [b"far away"]
+            with pytest.raises(grpc.RpcError) as e:
+                next(answers)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value

@@ -15,6 +15,7 @@ import pytest
 
 from msgstore.client import AsyncClient, AsyncConsumer, Client, Consumer, OutMessage
 from msgstore.client.client import decode_records
+from msgstore.client.pull_stream import StreamEnded
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.api.test_pull_queues import _behind_proxy, _pull, _queues
@@ -165,3 +166,18 @@ def test_a_stream_to_a_node_no_longer_read_alone_is_closed(servers):
         assert not old._watchdog.is_alive()
         consumer.close()
         assert new.closed
+        with pytest.raises(StreamEnded):  # (a poll still running when another thread closed the consumer)
+            consumer._pull_stream(first.address)
+        assert all(s.closed for s in consumer._streams.values())
+
+
+def test_a_pull_stream_ends_with_its_client(server):
+    """Closing the Client (before its consumer) ends the stream: the call's end closes it, and
+    its watchdog thread ends."""
+    c = Client(server.address, timeout=10)
+    c.create_topic("ends", 2)
+    consumer = Consumer(c, None, "ends")
+    stream = consumer._pull_stream(server.address)
+    c.close()
+    stream._watchdog.join(10)
+    assert stream.closed and not stream._watchdog.is_alive()

@@ -485,6 +485,22 @@ def test_a_revoke_applies_to_streams_already_open(secured):
         assert all(m.body != b"after" for m in admin.pull("orders", q, 0, max_messages=100).messages)
 
 
+def test_a_pull_stream_is_refused_at_its_next_request_once_the_users_entry_is_revoked(secured):
+    """A consumer's pull stream is checked for each request: an entry taken away refuses the
+    next one PERMISSION_DENIED, naming what it may not do, and the consumer raises it."""
+    with Client(secured.address, admin_token=ADMIN, timeout=10) as admin:
+        admin.put_user("puller", "puller-secret", entries=[{"resource": "topic:orders", "actions": ["sub"]}])
+        with Client(secured.address, access_key="puller", secret_key="puller-secret", timeout=10) as c:
+            pulls = c.pull_stream(secured.address)
+            one = pb.PullQueuesRequest(pulls=[pb.PullRequest(topic="orders", queue_id=0, raw=True)])
+            assert len(pulls.pull(one, within=10).results) == 1  # served
+            admin.put_user("puller", "puller-secret", entries=[{"resource": "topic:payroll", "actions": ["sub"]}])
+            with pytest.raises(grpc.RpcError) as refused:
+                pulls.pull(one, within=10)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value
+            assert "may not sub topic:orders" in refused.value.details()
+
+
 def test_a_redelivered_message_is_acknowledged_with_the_groups_permission(secured):
     """Redeliveries come from the group's retry topic: the group's sub covers it (acks, nacks)."""
     with Client(secured.address, access_key=PRODUCER[0], secret_key=PRODUCER[1], timeout=10) as p:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from ..acl.identity import CALLER, Denied
+from ..acl.identity import CALLER, Denied, NotReady
 from ..store import GetStatus
 from ..v1 import msgstore_pb2 as pb
 from . import permissions
@@ -58,19 +58,22 @@ class PullQueuesHandlers:
         async for request in requests:
             if isinstance(request, v.BadRequest):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-            await self._ready(context)  # type: ignore[attr-defined]
-            await self._readable(context)  # type: ignore[attr-defined]
-            try:
+            try:  # (the caller first, as a call's is checked before it is served: a refusal raises in the consumer)
                 caller = self.server.authenticator.refreshed(CALLER.get())
                 CALLER.set(caller)
                 permissions.require(caller, permissions.V1["PullQueues"](request))
+            except NotReady as e:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            except Denied as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
+            await self._ready(context)  # type: ignore[attr-defined]
+            await self._readable(context)  # type: ignore[attr-defined]
+            try:
                 answer = await self._answer(request, context)
             except v.InvalidArgument as e:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             except v.TopicNotFound as e:
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-            except Denied as e:
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
             await context.write(answer)
 
     async def _answer(self, request: pb.PullQueuesRequest, context) -> bytes:

@@ -24,6 +24,7 @@ from ..client.errors import status_of
 from ..record import codec
 from ..v1 import msgstore_pb2
 from .auth import peer_host
+from .validation import BadRequest
 
 
 class Host(Protocol):
@@ -190,9 +191,13 @@ class Relay:
     async def bidi(self, path: str, requests, context, address: str) -> None:
         """A bidirectional stream passed through: requests on as they come, answers back."""
         call = self.server._ha_channel(address).stream_stream(path, request_serializer=None, response_deserializer=None)
+        bad: list[str] = []  # a request that could not be decoded: the requests end there, then the stream
 
         async def upstream():
             async for r in requests:
+                if isinstance(r, BadRequest):
+                    bad.append(r.reason)
+                    return
                 yield _bytes(r)
 
         try:
@@ -201,6 +206,8 @@ class Relay:
         except grpc.aio.AioRpcError as e:
             self._suspect(e, address)
             await context.abort(status_of(e)[0], _details(e, address))
+        if bad:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
 
     def _suspect(self, e: grpc.aio.AioRpcError, address: str) -> None:
         """A master the call could not get through to (down, deposed, slow) is looked up again;

@@ -304,6 +304,8 @@ class AsyncConsumer:
 
     async def _stream_pull(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
         """A long poll as a request on the node's pull stream (opened again after one that failed)."""
+        if self._closed:  # (closed while this poll ran: no stream opened after close())
+            raise StreamEnded("the consumer is closed")
         stream = self._streams.get(address)
         if stream is None or stream.closed:
             for other in [a for a in self._streams if a != address]:  # (one we no longer read alone: as Consumer's)

@@ -37,7 +37,7 @@ from .membership import (
     broadcast_group,
     default_client_id,
 )
-from .pull_stream import PullStream
+from .pull_stream import PullStream, StreamEnded
 from .routing import QueueRef
 
 REFRESH_S = 30.0  # how often new nodes' queues are looked for
@@ -221,6 +221,7 @@ class Consumer:
         self._pull_each: set[str] = set()  # nodes without PullQueues (older): a Pull per queue
         self._unary_only: set[str] = set()  # nodes without PullQueuesStream (older): a call per long poll
         self._streams: dict[str, PullStream] = {}  # by node: its long polls when we are caught up
+        self._streams_lock = threading.Lock()
         self.long_poll_ms = long_poll_ms
         self.positions: dict[QueueRef, int] = {}
         self._committed: dict[QueueRef, int] = {}
@@ -364,9 +365,11 @@ class Consumer:
         for the expiry)."""
         if self._closed:
             return
-        self._closed = True
+        with self._streams_lock:
+            self._closed = True
+            streams = list(self._streams.values())
         self._stopped.set()
-        for stream in list(self._streams.values()):
+        for stream in streams:
             stream.close()
         if self._beats is not None:
             self._beats.join(10)
@@ -407,12 +410,24 @@ class Consumer:
         """The node's open pull stream, opened again after one that failed. Only a lone long
         poll takes a stream, so one to another node is one we no longer read alone (a failover
         moved the queues, say): it is closed (its threads would otherwise wait until ours)."""
-        stream = self._streams.get(address)
-        if stream is None or stream.closed:
-            for other in [a for a in self._streams if a != address]:
-                self._streams.pop(other).close()
-            stream = self._streams[address] = self.client.pull_stream(address)
-        return stream
+        with self._streams_lock:  # (close() may come from another thread: no stream opened after it)
+            if self._closed:
+                raise StreamEnded("the consumer is closed")
+            stream = self._streams.get(address)
+            if stream is None or stream.closed:
+                for other in [a for a in self._streams if a != address]:
+                    self._streams.pop(other).close()
+                stream = self._streams[address] = self.client.pull_stream(address)
+            return stream
+
+    def __del__(self) -> None:
+        # a consumer dropped without close(): its streams' watchdog threads hold them (and a stream
+        # on the node) until the channel closes
+        for stream in list(getattr(self, "_streams", {}).values()):
+            try:
+                stream.close()
+            except Exception:  # (at the interpreter's exit gRPC may be gone already)
+                pass
 
     def _incomplete(self) -> bool:
         """Some node of the route is down, or some queue has no position yet."""

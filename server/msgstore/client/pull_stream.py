@@ -84,8 +84,8 @@ class PullStream:
                 now = time.monotonic()
                 if self._due is not None and now >= self._due:
                     self._due = None
-                    self._call.cancel()  # (the pull waiting raises CANCELLED; close() follows from the done callback)
-                    continue
+                    self.close()  # (the pull waiting raises CANCELLED; closed at once, so no next pull takes this stream)
+                    return
                 self._wake_at = math.inf if self._due is None else self._due
                 self._lock.wait(None if self._due is None else self._due - now)
 
