@@ -62,18 +62,14 @@ class PullQueuesHandlers:
                 caller = self.server.authenticator.refreshed(CALLER.get())
                 CALLER.set(caller)
                 permissions.require(caller, permissions.V1["PullQueues"](request))
-            except NotReady as e:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-            except Denied as e:
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
+            except (NotReady, Denied) as e:
+                await context.abort(*v.refusal(e))
             await self._ready(context)  # type: ignore[attr-defined]
             await self._readable(context)  # type: ignore[attr-defined]
             try:
                 answer = await self._answer(request, context)
-            except v.InvalidArgument as e:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            except v.TopicNotFound as e:
-                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            except (v.InvalidArgument, v.TopicNotFound) as e:
+                await context.abort(*v.refusal(e))
             await context.write(answer)
 
     async def _answer(self, request: pb.PullQueuesRequest, context) -> bytes:

@@ -171,10 +171,8 @@ class StoreServer(Member):
             return identity
 
         async def refuse(context, e: Denied | NotReady) -> None:
-            if isinstance(e, NotReady):
-                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             # (counted by the _wrap_* handler around this one, as every abort is)
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED, e.message)
+            await context.abort(*v.refusal(e))
 
         if method.client_streaming:
 
@@ -219,16 +217,8 @@ class StoreServer(Member):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
             try:
                 return await fn(request, context)
-            except v.InvalidArgument as e:
-                self._count_error(name, "INVALID_ARGUMENT")
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            except v.TopicNotFound as e:
-                self._count_error(name, "NOT_FOUND")
-                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-            except Denied as e:
-                code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
-                self._count_error(name, code.name)
-                await context.abort(code, e.message)
+            except (v.InvalidArgument, v.TopicNotFound, Denied) as e:
+                await self._refused(name, context, e)
             except grpc.aio.AbortError:  # the handler refused the call itself (its own abort): counted too
                 self._count_abort(name, context)
                 raise
@@ -248,16 +238,8 @@ class StoreServer(Member):
             try:
                 async for item in fn(request, context):
                     yield item
-            except v.InvalidArgument as e:
-                self._count_error(name, "INVALID_ARGUMENT")
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            except v.TopicNotFound as e:
-                self._count_error(name, "NOT_FOUND")
-                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-            except Denied as e:
-                code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
-                self._count_error(name, code.name)
-                await context.abort(code, e.message)
+            except (v.InvalidArgument, v.TopicNotFound, Denied) as e:
+                await self._refused(name, context, e)
             except grpc.aio.AbortError:
                 self._count_abort(name, context)
                 raise
@@ -281,6 +263,11 @@ class StoreServer(Member):
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
 
         return handler
+
+    async def _refused(self, method: str, context, e: v.InvalidArgument | v.TopicNotFound | Denied) -> None:
+        code, details = v.refusal(e)
+        self._count_error(method, code.name)
+        await context.abort(code, details)
 
     def _count_abort(self, method: str, context) -> None:
         code = context.code()

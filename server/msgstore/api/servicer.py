@@ -180,8 +180,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     await write(_refusal(_request_id(request), grpc.StatusCode.INVALID_ARGUMENT, str(e)))
                     continue
                 except Denied as e:
-                    code = grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
-                    await write(_refusal(_request_id(request), code, e.message))
+                    await write(_refusal(_request_id(request), *v.refusal(e)))
                     continue
                 if accepted.waits:
                     self.store.dispatcher.wakeup()

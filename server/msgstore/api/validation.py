@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 
+import grpc
 from google.protobuf.message import DecodeError
 
+from ..acl.identity import Denied, NotReady
 from ..broker.system_topics import is_store_topic
 from ..record import codec
 from ..record.selector import Selector, SelectorError, compile_selector
@@ -36,6 +38,18 @@ class InvalidArgument(ValueError):
     def __init__(self, field: str, reason: str):
         super().__init__(f"{field}: {reason}")
         self.field = field
+
+
+def refusal(e: InvalidArgument | TopicNotFound | Denied | NotReady) -> tuple[grpc.StatusCode, str]:
+    """The status and details a refused request answers with, on every msgstore.v1 path (a
+    call, a stream's request, the caller's check before either)."""
+    if isinstance(e, InvalidArgument):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(e)
+    if isinstance(e, TopicNotFound):
+        return grpc.StatusCode.NOT_FOUND, str(e)
+    if isinstance(e, NotReady):
+        return grpc.StatusCode.UNAVAILABLE, str(e)
+    return (grpc.StatusCode.UNAUTHENTICATED if e.unauthenticated else grpc.StatusCode.PERMISSION_DENIED), e.message
 
 
 def check_filter(tag_filter: str, sql_filter: str, enabled: bool, field: str = "sql_filter") -> str | Selector | None:
