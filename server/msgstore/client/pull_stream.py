@@ -93,17 +93,27 @@ class PullStream:
 class AsyncPullStream:
     """PullStream for asyncio (AsyncConsumer): the read's timeout is ``asyncio.wait_for``'s, so
     no watchdog. A pull cancelled or timed out leaves its request unanswered on the stream, so
-    the stream is closed then (its late answer would be taken for the next request's)."""
+    the stream is closed then (its late answer would be taken for the next request's).
+
+    Requests go through an iterator, as PullStream's, not ``call.write``: a write racing the
+    node's end of the stream overwrites its status with "Internal error from Core"
+    (grpc/grpc#36066, errors.LOST_STATUS), and a node older than the stream, its UNIMPLEMENTED
+    lost so, was asked again at the next polls under load."""
 
     def __init__(self, method: Any, metadata: tuple | None):
-        self._call = method(metadata=metadata or None)
+        self._requests: asyncio.Queue = asyncio.Queue()
+        self._call = method(self._each_request(), metadata=metadata or None)
         self.closed = False
+
+    async def _each_request(self):
+        while (request := await self._requests.get()) is not _END:
+            yield request
 
     async def pull(self, request: pb.PullQueuesRequest, within: float) -> pb.PullQueuesResponse:
         """The answer to ``request``; the stream's ``grpc.aio.AioRpcError``, TimeoutError past
         ``within`` seconds, or StreamEnded. After any of them the stream is closed."""
+        self._requests.put_nowait(request)
         try:
-            await self._call.write(request)
             answer = await asyncio.wait_for(self._call.read(), within)
         except BaseException:
             self.close()
@@ -115,4 +125,5 @@ class AsyncPullStream:
 
     def close(self) -> None:
         self.closed = True
+        self._requests.put_nowait(_END)
         self._call.cancel()
