@@ -258,14 +258,7 @@ class AsyncConsumer:
             try:
                 return await self._stream_pull(address, queues, timeout_ms)
             except StoreError as e:
-                if e.code in REFUSED_CALLER:
-                    raise
-                if e.code == grpc.StatusCode.UNAVAILABLE:  # (as a call's below)
-                    try:
-                        await self.client.route(self.topic, refresh=True)
-                    except StoreError:
-                        pass
-                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                if not await self._unimplemented(e):
                     return []
                 self._unary_only.add(address)  # older than the stream: PullQueues calls
             except (TimeoutError, StreamEnded):
@@ -281,14 +274,7 @@ class AsyncConsumer:
             try:
                 return await self.client.pull_queues(self.topic, address, [(q, self.positions[q]) for q in queues], **kw)  # type: ignore[arg-type]
             except StoreError as e:
-                if e.code in REFUSED_CALLER:  # about us, not the node (every node would say it)
-                    raise
-                if e.code == grpc.StatusCode.UNAVAILABLE:  # a failover, say: the next poll asks who serves the queues now
-                    try:
-                        await self.client.route(self.topic, refresh=True)
-                    except StoreError:
-                        pass
-                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                if not await self._unimplemented(e):
                     return []
                 self._pull_each.add(address)
 
@@ -301,6 +287,19 @@ class AsyncConsumer:
                 return None
 
         return [r for r in await asyncio.gather(*[one(q) for q in queues]) if r is not None]
+
+    async def _unimplemented(self, e: StoreError) -> bool:
+        """Whether a failed pull of several queues says the node is older than the call; a
+        refusal of the caller is raised (about us, not the node: every node would say it), and
+        UNAVAILABLE (a failover, say) has the next poll ask who serves the queues now."""
+        if e.code in REFUSED_CALLER:
+            raise e
+        if e.code == grpc.StatusCode.UNAVAILABLE:
+            try:
+                await self.client.route(self.topic, refresh=True)
+            except StoreError:
+                pass
+        return e.code == grpc.StatusCode.UNIMPLEMENTED
 
     async def _stream_pull(self, address: str, queues: list[QueueRef], timeout_ms: int) -> list[tuple[QueueRef, object]]:
         """A long poll as a request on the node's pull stream (opened again after one that failed)."""
