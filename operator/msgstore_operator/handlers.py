@@ -27,6 +27,7 @@ import kopf
 
 from . import kube as kubemod
 from . import metrics
+from .lease_clock import CLOCK
 from .reconcile import Outcome, Reconciler
 from .spec import GROUP, PLURAL, VERSION
 
@@ -123,7 +124,7 @@ def reconcile(body, memo, **_) -> None:
     out = reconcile_one(memo.kube, meta.get("namespace"), meta["name"])
     observer = getattr(memo, "observer", None)
     if observer is not None:
-        observer.track(_key(meta), busy=out.waiting is not None)
+        observer.track(_key(meta), busy=out.waiting is not None, lease_checks=out.lease_checks)
 
 
 @kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": "msgstore-operator"})
@@ -151,13 +152,18 @@ def declared_changed(body, memo, **_) -> None:
 
 
 class Observer:
-    """Reconciles every MessageStore periodically, and the busy ones every second."""
+    """Reconciles every MessageStore periodically, and the busy ones every second. Between
+    passes it reads each group's Lease again when it would lapse unless renewed (the
+    reconcile's ``lease_checks``), and reconciles the store at once when it has: a master
+    cut off from the API server stays Ready, so no pod event says anything happened, and
+    its replacement must not wait for the next periodic pass."""
 
     def __init__(self, kube: kubemod.Kube, namespace: str | None):
         self.kube = kube
         self.namespace = namespace
         self._due: dict[str, float] = {}  # key -> monotonic time of its next pass
         self._due_lock = threading.Lock()  # Kopf's threads poke, the observer's thread reads
+        self._leases: dict[str, list[tuple[str, str, float]]] = {}  # key -> (namespace, Lease, when to read it again)
         self._listed = 0.0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="msgstore-observer", daemon=True)
@@ -169,9 +175,11 @@ class Observer:
         self._stopped.set()
         self._thread.join(30)
 
-    def track(self, key: str, busy: bool) -> None:
+    def track(self, key: str, busy: bool, lease_checks: list[tuple[str, str, float]] | None = None) -> None:
         with self._due_lock:
             self._due[key] = time.monotonic() + (BUSY_INTERVAL if busy else INTERVAL)
+            if lease_checks is not None:
+                self._leases[key] = list(lease_checks)
 
     def poke(self, key: str) -> None:
         """Reconcile ``key`` shortly (a burst of pod events makes one pass)."""
@@ -186,6 +194,42 @@ class Observer:
                 log.exception("observer pass failed")
                 self._stopped.wait(BUSY_INTERVAL)
 
+    def _check_leases(self) -> None:
+        """Each Lease whose time came: renewed since (look again one duration after that
+        renewal was first seen), or not (reconcile its store now: it has lapsed)."""
+        now = time.time()
+        with self._due_lock:
+            due = [(key, check) for key, checks in self._leases.items() for check in checks if check[2] <= now]
+        for key, (namespace, name, _when) in due:
+            try:
+                lease = self.kube.get_or_none("Lease", namespace, name)
+            except Exception as e:  # the API server is away: try again in a moment
+                log.debug("reading Lease %s/%s: %s", namespace, name, e)
+                self._reschedule(key, namespace, name, time.time() + BUSY_INTERVAL)
+                continue
+            spec = (lease or {}).get("spec") or {}
+            renew_time = str(spec.get("renewTime") or "")
+            if not renew_time:
+                self._reschedule(key, namespace, name, None)
+                continue
+            looked = time.time()
+            lapses = CLOCK.seen(namespace, name, renew_time, looked) + float(spec.get("leaseDurationSeconds") or 15)
+            if lapses <= looked:
+                log.info("Lease %s/%s not renewed since %s: reconciling %s now", namespace, name, renew_time, key)
+                self._reschedule(key, namespace, name, None)  # (the pass sets the next checks)
+                self.poke(key)
+            else:
+                self._reschedule(key, namespace, name, lapses)
+
+    def _reschedule(self, key: str, namespace: str, name: str, when: float | None) -> None:
+        """The Lease's next check at ``when`` (None: none until the store's next pass)."""
+        with self._due_lock:
+            checks = [c for c in self._leases.get(key, []) if (c[0], c[1]) != (namespace, name)]
+            if when is not None:
+                checks.append((namespace, name, when))
+            if key in self._leases:
+                self._leases[key] = checks
+
     def _cycle(self) -> None:
         now = time.monotonic()
         if now - self._listed >= INTERVAL:
@@ -196,7 +240,9 @@ class Observer:
                     self._due.setdefault(key, now)
                 for key in [k for k in self._due if k not in keys]:
                     del self._due[key]
+                    self._leases.pop(key, None)
                     metrics.forget(*key.split("/", 1))  # a deleted store's figures go with it
+        self._check_leases()
         with self._due_lock:
             due = sorted(self._due.items(), key=lambda kv: kv[1])
         for key, when in due:
@@ -205,7 +251,7 @@ class Observer:
             namespace, name = key.split("/", 1)
             try:
                 out = reconcile_one(self.kube, namespace, name)
-                self.track(key, busy=out.waiting is not None)
+                self.track(key, busy=out.waiting is not None, lease_checks=out.lease_checks)
             except Exception:
                 log.exception("reconciling %s failed; retrying in %.0f s", key, INTERVAL)
                 self.track(key, busy=False)

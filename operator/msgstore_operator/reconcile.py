@@ -21,6 +21,7 @@ from msgstore.wire import config_text
 from . import decide, render, replication
 from .groups import Groups
 from .kube import ApiError, Kube
+from .lease_clock import CLOCK
 from .pods import PodView, ReferenceMissing, admin_client, admin_of, admin_token, ask_again, list_pods, observe
 from .spec import FORCE_SCALE_DOWN, MANUAL_DELETE, PAUSE, RESTART, Spec, SpecError, parse, quantity
 from .tls import PLAIN, Certificates, Reaches
@@ -55,6 +56,7 @@ class Outcome:
     waiting: str | None = None  # a reason to come back soon (a roll or scale step in progress)
     patched: list[str] = field(default_factory=list)  # objects created or changed (idempotency checks)
     finalizers: list[str] | None = None  # the object's finalizers to set (None = leave them)
+    lease_checks: list[tuple[str, str, float]] = field(default_factory=list)  # (namespace, Lease, when it lapses unless renewed)
 
 
 def contains(actual: Any, desired: Any) -> bool:
@@ -267,10 +269,16 @@ class Reconciler:
         for group, names in wanted.items():
             lease = self._lease(spec, group, groups.get(group, {}), names, out)
             seen = replication.LeaseView.of(lease)
+            if seen is not None:
+                seen.first_seen = CLOCK.seen(spec.namespace, group, seen.renew_time, time.time())
             stale = replication.stale_master_role(seen, by_name)
             if stale is not None:  # its role was read before the Lease it renewed since
                 by_name[stale] = ask_again(spec, by_name[stale], token)
-            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), time.time(), seen)
+            now = time.time()
+            plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), now, seen)
+            lapse = replication.lapses_at(plan, seen)
+            if lapse is not None and lapse > now:  # (lapsed and not replaced: the passes come back as they do)
+                out.lease_checks.append((spec.namespace, group, lapse))
             if plan.waiting:
                 out.waiting = out.waiting or plan.waiting
             if plan.blocked:

@@ -76,6 +76,7 @@ class LeaseView:
     renew_time: str
     duration: float
     end_offset: int = 0  # the holder's log end at its last renewal
+    first_seen: float | None = None  # when this operator first saw renew_time (lease_clock), if it knows
 
     @staticmethod
     def of(obj: dict[str, Any] | None) -> LeaseView | None:
@@ -176,14 +177,29 @@ def parse_micro_iso(text: str | None) -> float | None:
 
 def lease_seen(state: dict[str, Any], lease: LeaseView | None, now: float) -> tuple[dict[str, Any], float]:
     """When the operator last saw the Lease renewed (its own clock, to the microsecond: a
-    rounded-down time would make it expire early), and how long ago."""
+    rounded-down time would make it expire early), and how long ago. A renewal the status has
+    not recorded yet counts from the operator's first sight of it (``first_seen``: an earlier
+    pass or Lease check), else from now."""
     seen = dict(state.get("lease") or {})
     if lease is None:
         return seen, 0.0
     at = parse_micro_iso(seen.get("seenAt"))
     if seen.get("renewTime") != lease.renew_time or at is None:
-        seen, at = {"renewTime": lease.renew_time, "seenAt": micro_iso(now)}, now
+        at = lease.first_seen if lease.first_seen is not None and lease.first_seen <= now else now
+        seen = {"renewTime": lease.renew_time, "seenAt": micro_iso(at)}
     return seen, now - at
+
+
+def lapses_at(plan: GroupPlan, lease: LeaseView | None) -> float | None:
+    """When the group's master loses its Lease unless it renews it again (the operator's wall
+    clock): the moment to look at the Lease again. A master cut off from the API server stays
+    Ready, so no pod event brings the operator back; without this look it would wait for its
+    next periodic pass (reconcileInterval) to see the Lease lapse. None: no master holds the
+    Lease (an election under way) or it has no renewal to judge."""
+    if lease is None or not lease.renew_time or lease.holder != plan.state.get("master"):
+        return None
+    at = parse_micro_iso((plan.state.get("lease") or {}).get("seenAt"))
+    return None if at is None else at + lease.duration
 
 
 def plan_group(

@@ -772,10 +772,13 @@ def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
         rest.block(address[old].split(":")[0], 10911)  # its followers' streams and probes
         cut = time.monotonic()
         new, took_office = store.elected()
+        elected = time.monotonic() - cut
         conditions = {x["type"]: x["status"] for x in k8s.pod(ns, old)["status"].get("conditions", [])}
         assert conditions.get("Ready") == "True"  # a zombie: its node (the probes) still sees it healthy
         k8s.wait(lambda: acked_on(ledger, address[new], cut) > 0, 60, "the new master acknowledging the producer")
         failover = time.monotonic() - cut
+        # the operator reads the Lease again when it would lapse: no pod event, and the periodic pass is 30 s away
+        assert elected < INTERVAL, f"elected {elected:.1f} s after the cut: not before the operator's periodic pass"
         read_through(ledger, address[new])
         lapsed = k8s.wait(
             lambda: [e for e in k8s.events(ns, "Failover", "ledger") if "did not renew its Lease" in e["message"]], 30, "the Failover event"
@@ -795,7 +798,10 @@ def _cut_off_master(k8s: K8s, ns: str, mode: str) -> None:
     read_through(ledger, k8s.address(ns, new))
     with Client(k8s.address(ns, new), timeout=10) as reader:
         lost = store.judge(ledger.read(reader, "ledger"))
-    print(f"{mode}: cut-off master replaced and acknowledging on {new} after {failover:.1f}s; {len(ledger.acks)} acks, {len(lost)} lost")
+    print(
+        f"{mode}: cut-off master replaced (elected after {elected:.1f}s) and acknowledging on {new} after {failover:.1f}s; "
+        f"{len(ledger.acks)} acks, {len(lost)} lost"
+    )
     store.client.close()
 
 

@@ -216,6 +216,24 @@ def test_a_ready_master_that_stopped_renewing_its_lease_is_replaced():
     assert "did not renew its Lease" in lapsed.events[0][2]
 
 
+def test_a_renewal_first_seen_by_an_earlier_look_counts_from_then_and_the_next_look_is_when_it_lapses():
+    """The observer's Lease check may see a renewal before any pass records it: the pass that
+    follows judges it from that first sight (lease_clock), so a master cut off right after
+    renewing is replaced one duration later, not two; the plan says when to look again."""
+    pods = {p.name: p for p in (pod(0, "MASTER"), pod(1, end=500), pod(2, end=900))}
+    state = {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911"}
+    seen = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=1000, lease=lease(renewed="t1"))
+    assert r.lapses_at(seen, lease(renewed="t1")) == 1010
+    unseen = r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1012, lease=lease(renewed="t2"))
+    assert unseen.actions == [] and r.lapses_at(unseen, lease(renewed="t2")) == 1022  # t2 from now, nobody saw it before
+    looked = r.LeaseView("s-0", 1, ("s-0", "s-1", "s-2"), "t2", 10, first_seen=1002)  # a Lease check saw t2 at 1002
+    lapsed = r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1012, lease=looked)
+    assert lapsed.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
+    assert r.lapses_at(lapsed, looked) is None  # an election: the new holder's Lease is looked at by the next pass
+    future = r.LeaseView("s-0", 1, ("s-0",), "t3", 10, first_seen=5000)  # (a clock that went back: never later than now)
+    assert r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1012, lease=future).state["lease"]["seenAt"] == r.micro_iso(1012)
+
+
 def test_an_image_that_cannot_be_pulled_is_named_with_what_to_do():
     """Issue 33: the chart's default image is not published; a pod waiting for it says so."""
     from msgstore_operator import decide
