@@ -36,16 +36,21 @@ def put_lease(kmock, name: str, renew_time: str, duration: int = 3) -> None:
     }
 
 
+def track(obs: handlers.Observer, key: str, checks: list[tuple[str, str, float]]) -> None:
+    """As after a pass, with the next periodic pass an hour away (a poke brings it to 0.2 s)."""
+    obs.track(key, busy=False, lease_checks=checks)
+    obs._due[key] = time.monotonic() + 3600
+
+
 def soon(obs: handlers.Observer, key: str) -> bool:
-    """The store's next pass is a poke's (0.2 s), not the periodic one (MSGSTORE_OPERATOR_INTERVAL, 1 s in these tests)."""
-    return obs._due[key] <= time.monotonic() + 2 * handlers.POKE_DELAY
+    return obs._due[key] < time.monotonic() + 1800
 
 
 async def test_a_lease_renewed_since_is_looked_at_again_one_duration_after_the_renewal_was_seen(kmock):
     obs = observer(kmock)
     key, lease = f"{NS}/renewing", "renewing-g0"
     put_lease(kmock, lease, micro_iso(time.time() - 1))
-    obs.track(key, busy=False, lease_checks=[(NS, lease, time.time() - 0.01)])
+    track(obs, key, [(NS, lease, time.time() - 0.01)])
     before = time.time()
     await asyncio.to_thread(obs._check_leases)
     assert not soon(obs, key)  # a renewal not seen before counts from now: nothing lapsed
@@ -59,8 +64,7 @@ async def test_a_lease_unrenewed_for_its_duration_brings_its_store_back_at_once(
     renewed = micro_iso(time.time() - 10)
     put_lease(kmock, lease, renewed)
     CLOCK.seen(NS, lease, renewed, time.time() - 3.5)  # a reconcile pass saw this renewal 3.5 s ago
-    obs.track(key, busy=False, lease_checks=[(NS, lease, time.time() - 0.01)])
-    assert not soon(obs, key)
+    track(obs, key, [(NS, lease, time.time() - 0.01)])
     await asyncio.to_thread(obs._check_leases)
     assert soon(obs, key)  # reconciled now: the pass elects (plan_group judges the Lease lapsed by the same clock)
     assert obs._leases[key] == []  # that pass sets the next checks
@@ -70,6 +74,6 @@ async def test_checks_not_due_read_nothing_and_a_missing_lease_stops_its_checks(
     obs = observer(kmock)
     key = f"{NS}/gone"
     later = time.time() + 60
-    obs.track(key, busy=False, lease_checks=[(NS, "later-g0", later), (NS, "gone-g0", time.time() - 0.01)])
+    track(obs, key, [(NS, "later-g0", later), (NS, "gone-g0", time.time() - 0.01)])
     await asyncio.to_thread(obs._check_leases)
     assert obs._leases[key] == [(NS, "later-g0", later)] and not soon(obs, key)
