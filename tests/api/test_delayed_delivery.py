@@ -98,11 +98,12 @@ def test_a_delay_level_wins_over_timer_properties_as_in_rocketmq(c):
 
 
 def test_a_recalled_message_never_arrives_and_a_late_recall_is_refused(c):
+    sent = time.time()
     keep = c.send("orders", b"keep", delay=0.5)
-    drop = c.send("orders", b"drop", delay=1.0)
+    drop = c.send("orders", b"drop", delay=2.0)
     c.recall(drop)
     wait_until(lambda: b"keep" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the kept message")
-    time.sleep(1.5)  # past the recalled one's time: it must stay away
+    time.sleep(max(0.0, sent + 2.5 - time.time()))  # past the recalled one's time: it must stay away
     assert b"drop" not in bodies(c, "orders", 0) + bodies(c, "orders", 1)
     with pytest.raises(StoreError) as e:
         c.recall(keep)
@@ -144,7 +145,7 @@ def test_a_recall_cancels_its_topics_copies_only(c):
     another message (it was cancelled instead), and both stored copies of a retried send are
     recalled (only one was)."""
     c.create_topic("other", 1)
-    at = time.time() + 1.5
+    at = time.time() + 3  # (four sends and a recall before then, on a loaded machine too)
     a = c.send("orders", b"a", uniq_key="SAME-ID", deliver_at=at)
     c.send("other", b"b", uniq_key="SAME-ID", deliver_at=at)
     c.send("orders", b"a-copy", uniq_key="SAME-ID", deliver_at=at)  # a producer's retry: a second copy stored
@@ -231,6 +232,8 @@ def test_a_sigkill_with_messages_pending_loses_none_and_repeats_none_twice(serve
             body = b"l%d" % i
             due[body] = time.time() + levels_s[i % 2]
             c.send("jobs", body, delay_level=1 + i % 2)
+        due[b"sentinel"] = time.time() + 4  # still pending at the kill however fast the rest went
+        c.send("jobs", b"sentinel", delay=4)
         wait_until(lambda: len(bodies(c, "jobs")) >= 15, timeout=15, what="some deliveries before the crash")
     # taken once the process is gone: its timer may deliver until then, and its progress (saved
     # every second) does not hold that delivery yet, so a message due just before may come twice
@@ -256,7 +259,8 @@ def test_the_cli_sends_with_a_delay_and_recalls(node, c):
             [sys.executable, "-m", "msgstore.cli", "--json", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
         )
 
-    out = cli("send", "orders", "via-cli", "--delay", "1500ms", "--server", node.address)
+    sent = time.time()
+    out = cli("send", "orders", "via-cli", "--delay", "4000ms", "--server", node.address)  # (two CLI starts before it is due)
     assert out.returncode == 0, out.stderr
     handle = json.loads(out.stdout)["recall_handle"]
     assert cli("recall", handle, "--server", node.address).returncode == 0
@@ -265,5 +269,5 @@ def test_the_cli_sends_with_a_delay_and_recalls(node, c):
     later = cli("send", "orders", "at-time", "--deliver-at", str(time.time() + 0.5), "--server", node.address)
     assert later.returncode == 0, later.stderr
     wait_until(lambda: b"at-time" in bodies(c, "orders", 0) + bodies(c, "orders", 1), timeout=15, what="the --deliver-at message")
-    time.sleep(1.2)
+    time.sleep(max(0.0, sent + 4.7 - time.time()))  # past the recalled message's time
     assert b"via-cli" not in bodies(c, "orders", 0) + bodies(c, "orders", 1)
