@@ -9,9 +9,10 @@ import time
 import pytest
 
 from msgstore.record.codec import Message
-from msgstore.store import ConfigError, MessageStore
+from msgstore.store import ConfigError, MessageStore, metadata
 from msgstore.store.clock import ManualClock
 from msgstore.store.metadata import ConsumerOffsets
+from tests.support.servers import wait_until
 
 
 def _fill(store: MessageStore, n: int, body: bytes = b"x" * 100) -> None:
@@ -71,18 +72,26 @@ def test_a_commit_is_on_disk_when_it_returns(make_store, tmp_path):
     assert on_disk.query("billing", "T", 0) == 2
 
 
-def test_concurrent_commits_share_writes(tmp_path):
+def test_concurrent_commits_share_writes(tmp_path, monkeypatch):
     offsets = ConsumerOffsets(str(tmp_path))
     writes = []
-    original = offsets.persist_change
+    original = metadata.write_atomic
 
-    def counting(change: int) -> None:
-        before = offsets._persisted
-        original(change)
-        if offsets._persisted != before:
-            writes.append(change)
+    def counting(path, *args, **kw):  # the file written: what a commit that waited costs
+        writes.append(path)
+        return original(path, *args, **kw)
 
-    offsets.persist_change = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(metadata, "write_atomic", counting)
+    # eight commits made while a write is under way wait for it, then one write covers them all
+    offsets._write_lock.acquire()
+    waiting = [threading.Thread(target=lambda i=i: offsets.commit("g", "T", i, 0, durable=True)) for i in range(8)]
+    for t in waiting:
+        t.start()
+    wait_until(lambda: offsets._changes == 8, timeout=10, what="eight commits recorded, their writes waiting")
+    offsets._write_lock.release()
+    for t in waiting:
+        t.join()
+    assert len(writes) == 1, writes
     threads = [threading.Thread(target=lambda i=i: [offsets.commit("g", "T", i, n, durable=True) for n in range(20)]) for i in range(8)]
     for t in threads:
         t.start()
@@ -91,7 +100,6 @@ def test_concurrent_commits_share_writes(tmp_path):
     check = ConsumerOffsets(str(tmp_path))
     check.load()
     assert all(check.query("g", "T", i) == 19 for i in range(8))  # every last commit is there
-    assert len(writes) <= 160  # and commits that waited together took one write
 
 
 # ---------------------------------------------------------------------------------- 12
@@ -115,13 +123,26 @@ def test_a_manual_delete_and_the_scheduled_cleaner_take_turns(make_store):
     old = (clock.now_ms() - 2 * 3600 * 1000) / 1000
     for seg in segs[:15]:
         os.utime(seg.path, (old, old))
-    clock.sleep = lambda seconds: time.sleep(seconds)  # real pauses between deletions: the runs overlap in time
+    paused, resume = threading.Event(), threading.Event()
+
+    def sleep(seconds: float) -> None:  # the scheduled run stops after its first deletion until the manual one has begun
+        if threading.current_thread() is scheduled and not paused.is_set():
+            paused.set()
+            resume.wait(10)
+        time.sleep(seconds)
+
+    clock.sleep = sleep
     runs = []
     scheduled = threading.Thread(target=lambda: runs.append(("scheduled", s.cleaner.run_once())))  # deleteWhen says now
     scheduled.start()
-    time.sleep(0.05)
-    manual = s.manual_delete()
+    assert paused.wait(10), "the scheduled run deleted nothing"
+    manual_run: list[int] = []
+    manual_thread = threading.Thread(target=lambda: manual_run.append(s.manual_delete()))
+    manual_thread.start()  # (while the scheduled run, mid-batch, has 14 more deletions 30 ms apart to go)
+    resume.set()
     scheduled.join()
+    manual_thread.join(30)
+    (manual,) = manual_run
     deleted = [r.deleted for _, r in runs] + [manual]
     assert sum(deleted) == 15 and max(deleted) <= 10, deleted
     assert len(s.commitlog.segments.segments) == len(segs) - 15
