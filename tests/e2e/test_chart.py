@@ -317,17 +317,21 @@ def test_manual_delete_annotation_deletes_back_dated_segments_on_every_pod(k8s: 
 
 class Producer:
     """Sends batches through the store's own failover while pods restart; remembers what was
-    acknowledged, where."""
+    acknowledged, where. Bounded (LIMIT sends, 50 a second) yet still sending when the roll
+    ends, or the last pods' restarts would go unchecked."""
+
+    LIMIT = 15_000
 
     def __init__(self, k8s: K8s):
         self.client = Client(",".join(k8s.address(NS, p) for p in ("orders-0", "orders-1", "orders-2")), timeout=5)
         self.acked: dict[tuple[str, int, int], bytes] = {}
         self.stop = threading.Event()
+        self.sent = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         i = 0
-        while not self.stop.is_set() and i < 2000:
+        while not self.stop.is_set() and i < self.LIMIT:
             body = b"roll-%d" % i
             try:
                 (r,) = self.client.send_batch("rolled", [OutMessage(body)])
@@ -337,6 +341,7 @@ class Producer:
                 pass  # every node of the route down at once would be a test failure below
             i += 1
             self.stop.wait(0.02)
+        self.sent = i
 
     def __enter__(self) -> Producer:
         self.thread.start()
@@ -347,6 +352,7 @@ class Producer:
         self.thread.join(30)
 
     def verify(self, k8s: K8s) -> None:
+        assert self.sent < self.LIMIT, "the producer stopped before the roll ended"
         assert len(self.acked) > 20, "the producer got nothing acknowledged during the roll"
         clients = {p: client(k8s, NS, p) for p in ("orders-0", "orders-1", "orders-2")}
         for (node, qid, off), body in self.acked.items():
