@@ -196,30 +196,34 @@ class Observer:
 
     def _check_leases(self) -> None:
         """Each Lease whose time came: renewed since (look again one duration after that
-        renewal was first seen), or not (reconcile its store now: it has lapsed)."""
+        renewal was first seen), or not (reconcile its store now: it has lapsed). Run between
+        passes too, so a slow pass does not hold the checks up."""
         now = time.time()
         with self._due_lock:
             due = [(key, check) for key, checks in self._leases.items() for check in checks if check[2] <= now]
         for key, (namespace, name, _when) in due:
             try:
-                lease = self.kube.get_or_none("Lease", namespace, name)
-            except Exception as e:  # the API server is away: try again in a moment
-                log.debug("reading Lease %s/%s: %s", namespace, name, e)
+                self._check_lease(key, namespace, name)
+            except Exception:  # one Lease that cannot be read or judged must not stop the others, nor the passes
+                log.exception("checking Lease %s/%s failed; again in %.0f s", namespace, name, BUSY_INTERVAL)
                 self._reschedule(key, namespace, name, time.time() + BUSY_INTERVAL)
-                continue
-            spec = (lease or {}).get("spec") or {}
-            renew_time = str(spec.get("renewTime") or "")
-            if not renew_time:
-                self._reschedule(key, namespace, name, None)
-                continue
-            looked = time.time()
-            lapses = CLOCK.seen(namespace, name, renew_time, looked) + float(spec.get("leaseDurationSeconds") or 15)
-            if lapses <= looked:
-                log.info("Lease %s/%s not renewed since %s: reconciling %s now", namespace, name, renew_time, key)
-                self._reschedule(key, namespace, name, None)  # (the pass sets the next checks)
-                self.poke(key)
-            else:
-                self._reschedule(key, namespace, name, lapses)
+
+    def _check_lease(self, key: str, namespace: str, name: str) -> None:
+        lease = self.kube.get_or_none("Lease", namespace, name)
+        spec = (lease or {}).get("spec") or {}
+        renew_time = str(spec.get("renewTime") or "")
+        if not renew_time:
+            self._reschedule(key, namespace, name, None)
+            return
+        looked = time.time()
+        uid = str(((lease or {}).get("metadata") or {}).get("uid") or "")
+        lapses = CLOCK.seen(namespace, name, uid, renew_time, looked) + float(spec.get("leaseDurationSeconds") or 15)
+        if lapses <= looked:
+            log.info("Lease %s/%s not renewed since %s: reconciling %s now", namespace, name, renew_time, key)
+            self._reschedule(key, namespace, name, None)  # (the pass sets the next checks)
+            self.poke(key)
+        else:
+            self._reschedule(key, namespace, name, lapses)
 
     def _reschedule(self, key: str, namespace: str, name: str, when: float | None) -> None:
         """The Lease's next check at ``when`` (None: none until the store's next pass)."""
@@ -248,6 +252,7 @@ class Observer:
         for key, when in due:
             if self._stopped.is_set() or when > time.monotonic():
                 continue
+            self._check_leases()
             namespace, name = key.split("/", 1)
             try:
                 out = reconcile_one(self.kube, namespace, name)

@@ -14,17 +14,20 @@ import threading
 
 class LeaseClock:
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], tuple[str, float]] = {}
+        self._seen: dict[tuple[str, str], tuple[tuple[str, str], float]] = {}
         self._lock = threading.Lock()  # Kopf's handler threads and the observer's thread
 
-    def seen(self, namespace: str, name: str, renew_time: str, now: float) -> float:
-        """When ``renew_time`` was first seen on this Lease (``now``, at the first look)."""
+    def seen(self, namespace: str, name: str, uid: str, renew_time: str, at: float) -> float:
+        """When ``renew_time`` was first seen on this Lease (``uid``: a Lease deleted and made
+        again under the same name starts afresh), ``at`` at the latest: a sighting recorded
+        earlier (the store's status, after this operator restarted) counts from then."""
         with self._lock:
-            known = self._seen.get((namespace, name))
-            if known is not None and known[0] == renew_time:
-                return min(known[1], now)
-            self._seen[(namespace, name)] = (renew_time, now)
-            return now
+            key, identity = (namespace, name), (uid, renew_time)
+            known = self._seen.get(key)
+            if known is not None and known[0] == identity and known[1] <= at:
+                return known[1]
+            self._seen[key] = (identity, at)
+            return at
 
 
 CLOCK = LeaseClock()

@@ -270,20 +270,22 @@ class Reconciler:
             lease = self._lease(spec, group, groups.get(group, {}), names, out)
             seen = replication.LeaseView.of(lease)
             if seen is not None:
-                seen.first_seen = CLOCK.seen(spec.namespace, group, seen.renew_time, time.time())
+                seen.first_seen = self._first_seen(spec, group, lease, seen, groups.get(group, {}))
             stale = replication.stale_master_role(seen, by_name)
             if stale is not None:  # its role was read before the Lease it renewed since
                 by_name[stale] = ask_again(spec, by_name[stale], token)
             now = time.time()
             plan = replication.plan_group(spec, group, names, by_name, groups.get(group, {}), now, seen)
-            lapse = replication.lapses_at(plan, seen)
-            if lapse is not None and lapse > now:  # (lapsed and not replaced: the passes come back as they do)
-                out.lease_checks.append((spec.namespace, group, lapse))
             if plan.waiting:
                 out.waiting = out.waiting or plan.waiting
             if plan.blocked:
                 blocked.append(plan.blocked)
             done = self._carry_out(spec, plan, by_name, token, out, lease)
+            lapse = replication.lapses_at(plan, seen)
+            if lapse is None and done and any(isinstance(a, replication.TakeLease) for a in plan.actions):
+                lapse = time.time() + spec.replication.lease_duration_s  # the new holder's Lease, renewed by the operator just now
+            if lapse is not None and lapse > now:  # (lapsed and not replaced: the passes come back as they do)
+                out.lease_checks.append((spec.namespace, group, lapse))
             state = plan.state if done else {**groups.get(group, {}), **_kept(plan.state)}
             out.events += plan.events if done else []
             state["members"] = replication.member_figures(names, by_name, state.get("master", ""))
@@ -293,6 +295,17 @@ class Reconciler:
         status["replication"] = {"mode": spec.replication.mode, "replicas": spec.replication.replicas, "groups": groups}
         self._report(conditions, out, "FailoverBlocked", "NoInSyncFollower", "; ".join(blocked), ok_reason="MastersServing")
         return replication.roles_document(spec, groups)
+
+    @staticmethod
+    def _first_seen(spec: Spec, group: str, lease: dict[str, Any] | None, seen: replication.LeaseView, state: dict[str, Any]) -> float:
+        """When this operator first saw the Lease's renewal (lease_clock), the status's record
+        of it included (what an operator that has restarted since still knows)."""
+        uid = str(((lease or {}).get("metadata") or {}).get("uid") or "")
+        recorded = state.get("lease") or {}
+        at = replication.parse_micro_iso(recorded.get("seenAt")) if recorded.get("renewTime") == seen.renew_time else None
+        if at is not None:
+            CLOCK.seen(spec.namespace, group, uid, seen.renew_time, at)
+        return CLOCK.seen(spec.namespace, group, uid, seen.renew_time, time.time())
 
     def _lease(self, spec: Spec, group: str, state: dict[str, Any], names: list[str], out: Outcome) -> dict[str, Any] | None:
         """The group's Lease, created for its master when missing; its duration kept as the spec says."""

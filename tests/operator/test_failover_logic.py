@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from msgstore_operator import replication as r
+from msgstore_operator.lease_clock import LeaseClock
 from msgstore_operator.pods import PodView
 from msgstore_operator.spec import parse
 
@@ -232,6 +233,16 @@ def test_a_renewal_first_seen_by_an_earlier_look_counts_from_then_and_the_next_l
     assert r.lapses_at(lapsed, looked) is None  # an election: the new holder's Lease is looked at by the next pass
     future = r.LeaseView("s-0", 1, ("s-0",), "t3", 10, first_seen=5000)  # (a clock that went back: never later than now)
     assert r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1012, lease=future).state["lease"]["seenAt"] == r.micro_iso(1012)
+
+
+def test_the_lease_clock_keeps_the_first_sighting_of_each_renewal_of_each_lease():
+    clock = LeaseClock()
+    assert clock.seen("ns", "s-g0", "uid-1", "t1", 100) == 100
+    assert clock.seen("ns", "s-g0", "uid-1", "t1", 103) == 100  # seen again: still from its first sight
+    assert clock.seen("ns", "s-g0", "uid-1", "t1", 90) == 90  # an earlier sighting recorded (a status, after a restart)
+    assert clock.seen("ns", "s-g0", "uid-1", "t2", 104) == 104  # renewed: from now
+    assert clock.seen("ns", "s-g0", "uid-2", "t2", 105) == 105  # the same name, another Lease (a store made again)
+    assert clock.seen("ns", "s-g1", "uid-3", "t2", 106) == 106  # each Lease its own
 
 
 def test_an_image_that_cannot_be_pulled_is_named_with_what_to_do():

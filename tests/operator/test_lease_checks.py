@@ -31,7 +31,7 @@ def put_lease(kmock, name: str, renew_time: str, duration: int = 3) -> None:
     kmock.objects["coordination.k8s.io/v1/leases", NS, name] = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"},
         "spec": {"holderIdentity": "orders-0", "renewTime": renew_time, "leaseDurationSeconds": duration},
     }
 
@@ -63,7 +63,7 @@ async def test_a_lease_unrenewed_for_its_duration_brings_its_store_back_at_once(
     key, lease = f"{NS}/zombie", "zombie-g0"
     renewed = micro_iso(time.time() - 10)
     put_lease(kmock, lease, renewed)
-    CLOCK.seen(NS, lease, renewed, time.time() - 3.5)  # a reconcile pass saw this renewal 3.5 s ago
+    CLOCK.seen(NS, lease, f"uid-{lease}", renewed, time.time() - 3.5)  # a reconcile pass saw this renewal 3.5 s ago
     track(obs, key, [(NS, lease, time.time() - 0.01)])
     await asyncio.to_thread(obs._check_leases)
     assert soon(obs, key)  # reconciled now: the pass elects (plan_group judges the Lease lapsed by the same clock)
