@@ -267,8 +267,10 @@ class Reconciler:
         blocked = []
         wanted = spec.groups(replicas)
         for group, names in wanted.items():
-            lease = self._lease(spec, group, groups.get(group, {}), names, out)
+            lease, shortened_from = self._lease(spec, group, groups.get(group, {}), names, out)
             seen = replication.LeaseView.of(lease)
+            if seen is not None and shortened_from > seen.duration:  # its current renewal was made under the longer one
+                seen.duration = shortened_from
             if seen is not None:
                 seen.first_seen = self._first_seen(spec, group, lease, seen, groups.get(group, {}))
             stale = replication.stale_master_role(seen, by_name)
@@ -307,21 +309,24 @@ class Reconciler:
             CLOCK.seen(spec.namespace, group, uid, seen.renew_time, at)
         return CLOCK.seen(spec.namespace, group, uid, seen.renew_time, time.time())
 
-    def _lease(self, spec: Spec, group: str, state: dict[str, Any], names: list[str], out: Outcome) -> dict[str, Any] | None:
-        """The group's Lease, created for its master when missing; its duration kept as the spec says."""
+    def _lease(self, spec: Spec, group: str, state: dict[str, Any], names: list[str], out: Outcome) -> tuple[dict[str, Any] | None, float]:
+        """The group's Lease, created for its master when missing; its duration kept as the spec
+        says. With the duration it had before this pass shortened it (0 when it did not)."""
         lease = self.kube.get_or_none("Lease", spec.namespace, group)
         want = spec.replication.lease_duration_s
+        before = 0.0
         try:
             if lease is None:
                 master = state.get("master") if state.get("master") in names else names[0]
                 lease = self.kube.create(render.lease(spec, group, master, int(state.get("epoch", 1)), micro_time()))
                 out.patched.append(f"create Lease/{group}")
-            elif int((lease.get("spec") or {}).get("leaseDurationSeconds") or 0) != want:
+            elif (had := int((lease.get("spec") or {}).get("leaseDurationSeconds") or 0)) != want:
                 lease = self.kube.patch("Lease", spec.namespace, group, {"spec": {"leaseDurationSeconds": want}})
                 out.patched.append(f"patch Lease/{group}")
+                before = float(had)
         except ApiError as e:
             out.events.append(("Warning", "LeaseFailed", f"{group}: {e.message or e.reason}"))
-        return lease
+        return lease, before
 
     def _take_lease(self, spec: Spec, group: str, action: replication.TakeLease, lease: dict[str, Any] | None, fresh: bool) -> bool:
         """Record an election in the Lease, compare-and-swap on what was read (``fresh``: read it

@@ -187,7 +187,23 @@ def lease_seen(state: dict[str, Any], lease: LeaseView | None, now: float) -> tu
     if seen.get("renewTime") != lease.renew_time or at is None:
         at = lease.first_seen if lease.first_seen is not None and lease.first_seen <= now else now
         seen = {"renewTime": lease.renew_time, "seenAt": micro_iso(at)}
+    # the longest duration this renewal was seen with: a master counts its renewal valid by the
+    # duration it read when it renewed, and failoverAfterSeconds shortened since must not make
+    # the operator judge that renewal by the new, shorter one
+    seen["duration"] = max(lease.duration, _number(seen.get("duration")))
     return seen, now - at
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def judged_duration(state: dict[str, Any], lease: LeaseView) -> float:
+    """The duration the Lease's current renewal is judged by (see lease_seen)."""
+    return max(lease.duration, _number((state.get("lease") or {}).get("duration")))
 
 
 def lapses_at(plan: GroupPlan, lease: LeaseView | None) -> float | None:
@@ -199,7 +215,7 @@ def lapses_at(plan: GroupPlan, lease: LeaseView | None) -> float | None:
     if lease is None or not lease.renew_time or lease.holder != plan.state.get("master"):
         return None
     at = parse_micro_iso((plan.state.get("lease") or {}).get("seenAt"))
-    return None if at is None else at + lease.duration
+    return None if at is None else at + judged_duration(plan.state, lease)
 
 
 def plan_group(
@@ -226,7 +242,8 @@ def plan_group(
     # a master that is Ready (its own node sees it healthy) but has not renewed its Lease for the
     # Lease's whole duration is cut off from the API server: it acknowledges nothing any more, and
     # left alone the group would never take a write again (a zombie partition)
-    lapsed = lease is not None and lease.holder == state["master"] and bool(lease.renew_time) and unrenewed >= lease.duration
+    duration = judged_duration(state, lease) if lease is not None else 0.0
+    lapsed = lease is not None and lease.holder == state["master"] and bool(lease.renew_time) and unrenewed >= duration
     if _usable(master) and not lost and not lapsed:
         assert master is not None and master.role is not None
         state["endOffset"] = max(int(state.get("endOffset", 0)), int(master.role["end_offset"]))
@@ -244,12 +261,12 @@ def plan_group(
     if now - since < after:
         plan.waiting = f"{group}: master {state['master']} not ready for {now - since:.0f} s (failover after {after} s)"
         return plan
-    expired = lease is None or unrenewed >= lease.duration
+    expired = lease is None or unrenewed >= duration
     reachable = master is not None and master.role is not None and bool(master.ip) and not master.deleting
     if not expired and not reachable:
         plan.waiting = (
             f"{group}: master {state['master']} not ready and not answering; its Lease was renewed {unrenewed:.0f} s ago: "
-            f"electing once it has gone unrenewed for {lease.duration if lease else 0:.0f} s (it stops acknowledging before then)"
+            f"electing once it has gone unrenewed for {duration:.0f} s (it stops acknowledging before then)"
         )
         return plan
     candidates = _candidates(spec, names, pods, state["master"], lease)

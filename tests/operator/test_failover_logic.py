@@ -83,7 +83,7 @@ def test_a_paused_master_is_replaced_only_once_its_lease_has_gone_unrenewed_for_
     state = {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911"}
     first = r.plan_group(s, "s-g0", NAMES, pods, state, now=1000, lease=lease(renewed="t1"))
     assert first.actions == [] and "not ready" in first.waiting and first.state["masterNotReadySince"]
-    assert first.state["lease"] == {"renewTime": "t1", "seenAt": r.micro_iso(1000)}  # the operator's own clock
+    assert first.state["lease"] == {"renewTime": "t1", "seenAt": r.micro_iso(1000), "duration": 10}  # the operator's own clock
     waiting = r.plan_group(s, "s-g0", NAMES, pods, first.state, now=1010, lease=lease(renewed="t1", duration=15))
     assert waiting.actions == [] and "gone unrenewed for 15 s" in waiting.waiting  # failoverAfterSeconds passed, the Lease not
     renewed = r.plan_group(s, "s-g0", NAMES, pods, waiting.state, now=1012, lease=lease(renewed="t2", duration=15))
@@ -233,6 +233,24 @@ def test_a_renewal_first_seen_by_an_earlier_look_counts_from_then_and_the_next_l
     assert r.lapses_at(lapsed, looked) is None  # an election: the new holder's Lease is looked at by the next pass
     future = r.LeaseView("s-0", 1, ("s-0",), "t3", 10, first_seen=5000)  # (a clock that went back: never later than now)
     assert r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1012, lease=future).state["lease"]["seenAt"] == r.micro_iso(1012)
+
+
+def test_a_renewal_made_before_the_lease_was_shortened_is_judged_by_the_longer_duration():
+    """A master counts its renewal valid by the duration it read when it renewed: lowering
+    failoverAfterSeconds (30 s to 3 s here) must not let the operator elect while a master cut
+    off just then may still acknowledge under the 30 s it renewed with."""
+    pods = {p.name: p for p in (pod(0, "MASTER"), pod(1, end=500), pod(2, end=900))}
+    state = {"master": "s-0", "epoch": 1, "address": "10.0.0.1:10911"}
+    seen = r.plan_group(spec(), "s-g0", NAMES, pods, state, now=1000, lease=lease(renewed="t1", duration=30))
+    shortened = lease(renewed="t1", duration=3)  # the spec changed: the operator patched the Lease down
+    early = r.plan_group(spec(), "s-g0", NAMES, pods, seen.state, now=1010, lease=shortened)
+    assert early.actions == [] and r.lapses_at(early, shortened) == 1030
+    late = r.plan_group(spec(), "s-g0", NAMES, pods, early.state, now=1031, lease=shortened)
+    assert late.actions[:3] == [r.Fence("s-0", 2), r.TakeLease("s-2", 2), r.Promote("s-2", 2, "SYNC")]
+    renewed = r.plan_group(spec(), "s-g0", NAMES, pods, early.state, now=1012, lease=lease(renewed="t2", duration=3))
+    assert renewed.actions == [] and r.lapses_at(renewed, lease(renewed="t2", duration=3)) == 1015  # renewed under 3 s
+    lapsed = r.plan_group(spec(), "s-g0", NAMES, pods, renewed.state, now=1016, lease=lease(renewed="t2", duration=3))
+    assert lapsed.actions[:1] == [r.Fence("s-0", 2)]
 
 
 def test_the_lease_clock_keeps_the_first_sighting_of_each_renewal_of_each_lease():
