@@ -29,6 +29,7 @@ from . import kube as kubemod
 from . import metrics
 from .lease_clock import CLOCK
 from .reconcile import Outcome, Reconciler
+from .replication import LeaseView
 from .spec import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
@@ -209,17 +210,14 @@ class Observer:
                 self._reschedule(key, namespace, name, time.time() + BUSY_INTERVAL)
 
     def _check_lease(self, key: str, namespace: str, name: str) -> None:
-        lease = self.kube.get_or_none("Lease", namespace, name)
-        spec = (lease or {}).get("spec") or {}
-        renew_time = str(spec.get("renewTime") or "")
-        if not renew_time:
+        lease = LeaseView.of(self.kube.get_or_none("Lease", namespace, name))
+        if lease is None or not lease.renew_time:
             self._reschedule(key, namespace, name, None)
             return
         looked = time.time()
-        uid = str(((lease or {}).get("metadata") or {}).get("uid") or "")
-        lapses = CLOCK.seen(namespace, name, uid, renew_time, looked) + float(spec.get("leaseDurationSeconds") or 15)
+        lapses = CLOCK.seen(namespace, name, lease.uid, lease.renew_time, looked) + lease.duration
         if lapses <= looked:
-            log.info("Lease %s/%s not renewed since %s: reconciling %s now", namespace, name, renew_time, key)
+            log.info("Lease %s/%s not renewed since %s: reconciling %s now", namespace, name, lease.renew_time, key)
             self._reschedule(key, namespace, name, None)  # (the pass sets the next checks)
             self.poke(key)
         else:

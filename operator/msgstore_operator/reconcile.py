@@ -272,7 +272,7 @@ class Reconciler:
             if seen is not None and shortened_from > seen.duration:  # its current renewal was made under the longer one
                 seen.duration = shortened_from
             if seen is not None:
-                seen.first_seen = self._first_seen(spec, group, lease, seen, groups.get(group, {}))
+                seen.first_seen = self._first_seen(spec, group, seen, groups.get(group, {}))
             stale = replication.stale_master_role(seen, by_name)
             if stale is not None:  # its role was read before the Lease it renewed since
                 by_name[stale] = ask_again(spec, by_name[stale], token)
@@ -299,15 +299,14 @@ class Reconciler:
         return replication.roles_document(spec, groups)
 
     @staticmethod
-    def _first_seen(spec: Spec, group: str, lease: dict[str, Any] | None, seen: replication.LeaseView, state: dict[str, Any]) -> float:
+    def _first_seen(spec: Spec, group: str, seen: replication.LeaseView, state: dict[str, Any]) -> float:
         """When this operator first saw the Lease's renewal (lease_clock), the status's record
         of it included (what an operator that has restarted since still knows)."""
-        uid = str(((lease or {}).get("metadata") or {}).get("uid") or "")
         recorded = state.get("lease") or {}
         at = replication.parse_micro_iso(recorded.get("seenAt")) if recorded.get("renewTime") == seen.renew_time else None
         if at is not None:
-            CLOCK.seen(spec.namespace, group, uid, seen.renew_time, at)
-        return CLOCK.seen(spec.namespace, group, uid, seen.renew_time, time.time())
+            CLOCK.seen(spec.namespace, group, seen.uid, seen.renew_time, at)
+        return CLOCK.seen(spec.namespace, group, seen.uid, seen.renew_time, time.time())
 
     def _lease(self, spec: Spec, group: str, state: dict[str, Any], names: list[str], out: Outcome) -> tuple[dict[str, Any] | None, float]:
         """The group's Lease, created for its master when missing; its duration kept as the spec

@@ -77,6 +77,7 @@ class LeaseView:
     duration: float
     end_offset: int = 0  # the holder's log end at its last renewal
     first_seen: float | None = None  # when this operator first saw renew_time (lease_clock), if it knows
+    uid: str = ""  # the Lease object's (one made again under the same name is another Lease)
 
     @staticmethod
     def of(obj: dict[str, Any] | None) -> LeaseView | None:
@@ -90,7 +91,9 @@ class LeaseView:
         members = tuple(m for m in str(ann.get(IN_SYNC, "")).split(",") if m)
         holder, renewed = str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or "")
         end = str(ann.get(END_OFFSET, "0"))
-        return LeaseView(holder, epoch, members, renewed, float(spec.get("leaseDurationSeconds") or 15), int(end) if end.isdigit() else 0)
+        duration = float(spec.get("leaseDurationSeconds") or 15)
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        return LeaseView(holder, epoch, members, renewed, duration, int(end) if end.isdigit() else 0, uid=uid)
 
 
 @dataclass
