@@ -40,7 +40,7 @@ def test_a_renewed_certificate_is_used_without_a_restart(servers, tmp_path):
     os.replace(live / "tls.key.tmp", live / "tls.key")
     # handshakes meanwhile still get the previous pair (the old certificate), and the server says why
     wait_until(
-        lambda: reaches(node.address, old.ca) and "not usable yet" in open(node.log_path).read(),
+        lambda: reaches(node.address, old.ca) and "not usable yet" in node.whole_log(),
         what="the server to look at the half-renewed pair and keep the previous one",
     )
     shutil.copy(new.server_cert, live / "tls.crt.tmp")
@@ -57,7 +57,7 @@ def test_a_certificate_that_does_not_match_its_key_stops_the_start(servers, tmp_
     node = ServerProcess(str(tmp_path / "bad"), name="bad", args=["--tls-cert", a.server_cert, "--tls-key", b.server_key])
     node.start(wait=False)
     assert node.proc.wait(30) != 0
-    assert "are not a usable pair" in open(node.log_path).read()
+    assert "are not a usable pair" in node.whole_log()
 
 
 def test_members_replicate_over_tls_verifying_each_other_with_their_ca(tmp_path):
@@ -89,7 +89,7 @@ def test_members_replicate_over_tls_verifying_each_other_with_their_ca(tmp_path)
         )
         stranger.start()
         with Client(stranger.address, tls_ca=certs.ca, timeout=10) as c:
-            wait_until(lambda: "certificate" in open(stranger.log_path).read().lower(), what="the stranger to fail its handshake")
+            wait_until(lambda: "certificate" in stranger.whole_log().lower(), what="the stranger to fail its handshake")
             assert c.admin(stranger.address).role_pb().end_offset == 0
         stranger.kill()
     finally:

@@ -409,7 +409,7 @@ def test_checks_persisted_on_do_not_start_without_the_admin_token(servers, tmp_p
     node.terminate()
     node.extra = []
     node.start(wait=False)
-    wait_until(lambda: "it is on in config/store.json" in open(node.log_path).read(), what="the store to refuse to serve")
+    wait_until(lambda: "it is on in config/store.json" in node.whole_log(), what="the store to refuse to serve")
     assert node.health() == health_pb2.HealthCheckResponse.NOT_SERVING
 
 

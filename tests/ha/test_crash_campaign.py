@@ -62,12 +62,6 @@ def acked_count(producers: list[Producer]) -> int:
     return sum(len(p.acked) for p in producers)
 
 
-def whole_log(member) -> str:
-    """All of a member's log over its restarts (``log()`` keeps the last 20,000 characters only)."""
-    with open(member.log_path, encoding="utf-8", errors="replace") as f:
-        return f.read()
-
-
 def strand_a_tail(c: Client, master, followers) -> None:
     """Pause every follower and wait until the master holds bytes none of them can have: the
     producers' puts land on the master alone and wait for a replica that never answers."""
@@ -136,7 +130,7 @@ def test_no_acknowledged_message_is_lost_through_master_crashes(groups):
             off = res.next_offset
         lost += [(qid, o) for o, body in expected.items() if served.get(o) != body]
     reader.close()
-    truncations = sum(whole_log(m).count("cutting the commit log back") for m in g.members)
+    truncations = sum(m.whole_log().count("cutting the commit log back") for m in g.members)
     print(
         f"{KILLS} kills: {len(acked)} acknowledged, {sum(p.unconfirmed for p in producers)} unconfirmed, "
         f"{truncations} rejoins cut a tail, {sum(len(p.errors) for p in producers)} send errors"

@@ -113,8 +113,7 @@ def test_promotion_while_chunks_stream_in_never_reuses_a_queue_offset(tmp_path):
         assert r.ok
         got = f.pull("big", f.route("big").queues[0], r.queue_offset, max_messages=1)
         assert got.messages and got.messages[0].body == b"first on the new master %d" % round_
-        with open(follower.log_path, encoding="utf-8", errors="replace") as log:  # the whole log (log() keeps its tail)
-            whole = log.read()
+        whole = follower.whole_log()  # (log() keeps its tail)
         assert "Bad file descriptor" not in whole and "Task was destroyed" not in whole
         g.kill_all()
         c.close()

@@ -184,11 +184,16 @@ class Env:
             await asyncio.sleep(0.05)
 
 
-@pytest_asyncio.fixture
-async def env(kmock, tmp_path):
+def serve_resources(kmock) -> None:
+    """The kinds the operator reads and writes, served by kmock with every verb."""
     verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
     for key, info in RESOURCES.items():
         kmock.resources[key] = kmock.ResourceInfo(verbs=verbs, **info)
+
+
+@pytest_asyncio.fixture
+async def env(kmock, tmp_path):
+    serve_resources(kmock)
     kmock.objects["v1/namespaces", None, NS] = {"metadata": {"name": NS}}
     _login["url"] = str(kmock.url).rstrip("/")
     memo = kopf.Memo(kube=kubemod.connect(host=_login["url"], verify_ssl=False))

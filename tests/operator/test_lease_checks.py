@@ -14,16 +14,13 @@ from msgstore_operator import handlers
 from msgstore_operator import kube as kubemod
 from msgstore_operator.lease_clock import CLOCK
 from msgstore_operator.replication import micro_iso
-from tests.operator.conftest import NS, RESOURCES, ApiServer
+from tests.operator.conftest import NS, ApiServer, serve_resources
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=ApiServer)]
 
-VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
-
 
 def observer(kmock) -> handlers.Observer:
-    for key, info in RESOURCES.items():
-        kmock.resources[key] = kmock.ResourceInfo(verbs=VERBS, **info)
+    serve_resources(kmock)
     return handlers.Observer(kubemod.connect(host=str(kmock.url).rstrip("/"), verify_ssl=False), NS)  # (its thread not started)
 
 

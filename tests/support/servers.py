@@ -180,9 +180,14 @@ class ServerProcess:
         return self.proc.wait(timeout)
 
     def log(self) -> str:
+        """The log's last 20,000 characters (for a failure's message)."""
+        return self.whole_log()[-20000:]
+
+    def whole_log(self) -> str:
+        """All of the log, over every restart (for a search that must not miss an early line)."""
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-20000:]
+                return f.read()
         except FileNotFoundError:
             return ""
 
