@@ -4,10 +4,12 @@ the final master; no (queue, offset) ever read with two different bodies, across
 test made; and, where a mode may lose acknowledged messages (ASYNC), none lost that a member
 acknowledged after another had been elected in its place (a fenced member acknowledges nothing).
 
-"After" is the client's *receipt* of the acknowledgement against the election: the time the
-arbiter's record says it was made (``electedAt``, read off etcd by :class:`RecordWatch`), or,
-without an arbiter, the time the test's controller saw its promotion done (later than the
-election itself: acknowledgements received in between are not counted there).
+"After" is the client's *receipt* of the acknowledgement against the election (for a lost
+one: :meth:`Ledger.acked_by_fenced`), or the request's departure (for any:
+:meth:`Ledger.acked_after_replaced`): the time the arbiter's record says it was made
+(``electedAt``, read off etcd by :class:`RecordWatch`), or, without an arbiter, the time the
+test's controller saw its promotion done (later than the election itself: acknowledgements
+received in between are not counted there).
 
 It knows nothing of the store's internals: only the clients' answers, the times they were sent
 and received, the elections the test made or the arbiter recorded, and what reads return.
@@ -35,6 +37,7 @@ class Ack:
     sent: float
     received: float
     received_wall: float = 0.0  # time.time() at receipt (compared with the arbiter's election times)
+    sent_wall: float = 0.0  # time.time() as the request left
 
 
 @dataclass
@@ -117,12 +120,30 @@ class Ledger:
                 out.append(a)
         return out
 
+    def masters_between(self, t0_wall: float, t1_wall: float) -> set[str | None]:
+        """Every member the arbiter's record named at some moment from ``t0_wall`` to ``t1_wall``."""
+        return {self.recorded_master_at(t0_wall), *(address for at, address, _ in self.records if t0_wall <= at <= t1_wall)}
+
     def acked_after_replaced(self) -> list[Ack]:
-        """Every acknowledgement (lost or not) received from a member after the arbiter had
-        recorded another master's election: none may exist."""
+        """Every acknowledgement (lost or not) from a member that the arbiter's record did not
+        name master at any moment while the request was out: none may exist.
+
+        Not by the answer's receipt alone: a master answers PUT_OK only if it still may just
+        before it answers (gate.py), so one fenced in a switchover may have answered a moment
+        before the Fence reached it, and the answer arrive after the election (the candidate
+        elects within a millisecond of the Fence when it holds the master's whole log already).
+        Such an answer is judged by what the store holds: :meth:`acked_by_fenced` counts it when
+        it is lost. ``sent_wall`` is the batch's first try (a send that failed over was answered
+        by a later request). ``electedAt`` is whole milliseconds, rounded down, hence the
+        millisecond's allowance."""
         if not self.records:
             return []
-        return [a for a in self.acks if (m := self.recorded_master_at(a.received_wall)) is not None and m != a.address]
+        out = []
+        for a in self.acks:
+            named = self.masters_between(a.sent_wall - 0.001, a.received_wall)
+            if None not in named and a.address not in named:
+                out.append(a)
+        return out
 
 
 class Producer(threading.Thread):
@@ -149,7 +170,7 @@ class Producer(threading.Thread):
             bodies = [b"%s-%d-%d" % (self.tag, i, k) for k in range(self.batch)]
             i += 1
             self.tried = i
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             try:
                 results = self.client.send_batch(self.topic, [OutMessage(b) for b in bodies])
             except StoreError as e:
@@ -163,7 +184,7 @@ class Producer(threading.Thread):
             with self.ledger.lock:
                 for body, r in zip(bodies, results, strict=True):
                     if r.status == "PUT_OK":
-                        self.ledger.acks.append(Ack(body, r.node, r.queue_id, r.queue_offset, r.address, t0, t1, wall))
+                        self.ledger.acks.append(Ack(body, r.node, r.queue_id, r.queue_offset, r.address, t0, t1, wall, wall0))
                     else:
                         self.ledger.refused += 1
             self.sent += 1
