@@ -123,7 +123,7 @@ def test_a_node_without_the_stream_is_long_polled_with_calls(tmp_path):
 @pytest.mark.parametrize("older", [frozenset(), frozenset({"PullQueuesStream"})], ids=["stream", "older node"])
 def test_the_asyncio_consumer_long_polls_on_the_stream_too(tmp_path, older):
     """AsyncConsumer, caught up, sends its lone long poll on the node's stream (one stream for
-    every poll); a node older than the stream is asked once and long-polled with calls after."""
+    every poll); a node older than the stream is asked until it refuses it and long-polled with calls after."""
     with _behind_proxy(tmp_path, older=older) as (_node, proxy, c):
         c.create_topic("aio-trickle", 4)
         queues = _queues(c, "aio-trickle")
@@ -142,7 +142,10 @@ def test_the_asyncio_consumer_long_polls_on_the_stream_too(tmp_path, older):
 
         assert asyncio.run(trickle()) == [b"%d" % i for i in range(8)]
         if older:
-            assert proxy.calls["PullQueuesStream"] == 1  # asked once, answered UNIMPLEMENTED
+            # asked until it answers UNIMPLEMENTED: once, or again when grpc.aio overwrote that answer
+            # with "Internal error from Core" (grpc/grpc#36066: the request's write raced the refusal,
+            # read as a lost connection), never a stream per poll (9 here)
+            assert 1 <= proxy.calls["PullQueuesStream"] <= 3
             assert proxy.calls["PullQueues"] >= 8
         else:
             assert proxy.calls["PullQueuesStream opened"] == 1
