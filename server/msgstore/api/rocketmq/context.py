@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
+from ..relay import NOT_DONE
 from .protocol import definition as d
 from .status import Refusal, from_grpc
 
@@ -30,6 +31,8 @@ class CallContext:
     """Stands in for the gRPC context when a v1 handler runs for a v2 call: its ``abort``
     raises a :class:`Refusal` instead of ending the call."""
 
+    not_done = False  # the handler refused before doing anything (relay.NOT_DONE in its trailers)
+
     def __init__(self, real: grpc.aio.ServicerContext):
         self.real = real
 
@@ -41,7 +44,10 @@ class CallContext:
         raise from_grpc(code, message)
 
     def set_trailing_metadata(self, metadata) -> None:
-        """(a v2 call's own trailers are its status: nothing to add)"""
+        """(a v2 call's own trailers are its status: nothing to add) Notes a refusal from
+        before anything was done, which the group's next master may be given."""
+        if any(k == NOT_DONE for k, _v in metadata or ()):
+            self.not_done = True
 
     def peer(self) -> str:
         return self.real.peer()

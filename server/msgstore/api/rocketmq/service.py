@@ -204,9 +204,9 @@ class MessagingService:
             return await here(request, ctx)
         except Refusal:
             # this node stopped taking writes between the look and the call (a switchover fenced
-            # it): a refusal from before anything was done (a receive checks first) goes, once,
-            # to the group's master, as a call reaching a follower would have
-            if group != own or self.server._broker_delivers() or method not in AGAIN_ON_MASTER:
+            # it): a refusal from before anything was done (a receive checks first; a send says
+            # so) goes, once, to the group's master, as a call reaching a follower would have
+            if group != own or self.server._broker_delivers() or not (method in AGAIN_ON_MASTER or ctx.not_done):
                 raise
         answer = await self.server.relay.on_master(group, method, request, ctx)
         return answer if answer is not None else await here(request, ctx)
