@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.routing import QueueRef
 
+IN_FLIGHT_S = 0.25  # an answer this soon after the election replacing its member may have been made before it
+
 
 @dataclass(frozen=True)
 class Ack:
@@ -120,28 +122,39 @@ class Ledger:
                 out.append(a)
         return out
 
-    def masters_between(self, t0_wall: float, t1_wall: float) -> set[str | None]:
-        """Every member the arbiter's record named at some moment from ``t0_wall`` to ``t1_wall``."""
-        return {self.recorded_master_at(t0_wall), *(address for at, address, _ in self.records if t0_wall <= at <= t1_wall)}
+    def replaced_at(self, address: str, t_wall: float) -> float | None:
+        """When the record last named another member than ``address`` before ``t_wall`` (None
+        when it names ``address`` then, or nothing)."""
+        current, since = None, None
+        for at, named, _ in sorted(self.records):
+            if at >= t_wall:
+                break
+            if named != current:
+                current, since = named, at
+        return since if current is not None and current != address else None
 
     def acked_after_replaced(self) -> list[Ack]:
-        """Every acknowledgement (lost or not) from a member that the arbiter's record did not
-        name master at any moment while the request was out: none may exist.
+        """Every acknowledgement (lost or not) received from a member after the arbiter recorded
+        another master's election, unless it was in flight then: none may exist.
 
-        Not by the answer's receipt alone: a master answers PUT_OK only if it still may just
-        before it answers (gate.py), so one fenced in a switchover may have answered a moment
-        before the Fence reached it, and the answer arrive after the election (the candidate
-        elects within a millisecond of the Fence when it holds the master's whole log already).
-        Such an answer is judged by what the store holds: :meth:`acked_by_fenced` counts it when
-        it is lost. ``sent_wall`` is the batch's first try (a send that failed over was answered
-        by a later request). ``electedAt`` is whole milliseconds, rounded down, hence the
-        millisecond's allowance."""
+        In flight: sent before the election and received within :data:`IN_FLIGHT_S` of it. A
+        master answers PUT_OK only if it still may just before it answers (gate.py), so one
+        fenced in a switchover may have answered a moment before the Fence reached it, and the
+        answer arrive after the election (the candidate elects within a millisecond of the
+        Fence when it holds the master's whole log already). Such an answer is judged by what
+        the store holds: :meth:`acked_by_fenced` counts it when it is lost. An answer later than
+        that (a send the client tried again on the same member, seconds on) is not excused:
+        ``sent_wall`` is the batch's first try, not the request answered. ``electedAt`` is whole
+        milliseconds, rounded down, hence the millisecond's allowance."""
         if not self.records:
             return []
         out = []
         for a in self.acks:
-            named = self.masters_between(a.sent_wall - 0.001, a.received_wall)
-            if None not in named and a.address not in named:
+            replaced = self.replaced_at(a.address, a.received_wall)
+            if replaced is None:
+                continue
+            in_flight = a.sent_wall - 0.001 <= replaced and a.received_wall <= replaced + IN_FLIGHT_S
+            if not in_flight:
                 out.append(a)
         return out
 

@@ -35,10 +35,17 @@ def test_an_answer_in_flight_across_the_election_is_left_to_the_data_check():
     assert ledger.acked_by_fenced([in_flight]) == [in_flight]
 
 
-def test_a_send_that_failed_over_is_judged_by_its_whole_flight():
+def test_a_send_that_failed_over_to_the_new_master_passes():
     # first tried on OLD before the election, answered by NEW after it
     moved = _ack(NEW, ELECTED - 3.0, ELECTED + 0.5)
     assert _ledger(moved).acked_after_replaced() == []
+
+
+def test_the_replaced_master_answering_long_after_the_election_is_late_whenever_the_batch_began():
+    # a batch first sent before the election and tried again on OLD: its answer, seconds on, is no
+    # answer in flight at the election
+    again = _ack(OLD, ELECTED - 0.5, ELECTED + 3.0)
+    assert _ledger(again).acked_after_replaced() == [again]
 
 
 def test_the_millisecond_electedAt_drops_is_allowed_for():
