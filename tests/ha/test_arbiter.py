@@ -231,10 +231,17 @@ def test_a_member_named_master_with_a_replaced_disk_does_not_take_office(groups,
     wait_until(lambda: etcd.record("g0")["holder"] in ("m0", "m2"), timeout=30, what="another member elected")
     new = m0 if etcd.record("g0")["holder"] == "m0" else m2
     other = m2 if new is m0 else m0
+
     # SYNC: the new master answers SLAVE_NOT_AVAILABLE (stored on it alone) until the other member
     # of the set follows it again, which takes a moment after the election
+    def in_sync() -> bool:
+        try:
+            return follows(c, other, new) and other.name in role(c, new).sync_state_set
+        except StoreError:  # (the new master busy taking office: asked again)
+            return False
+
     wait_until(
-        lambda: follows(c, other, new) and other.name in role(c, new).sync_state_set,
+        in_sync,
         timeout=30,
         what=f"{other.name} in sync with {new.name}",
     )
