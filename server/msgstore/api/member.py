@@ -410,12 +410,12 @@ class Member:
         r = self.replica
         return r is None or (r.is_master and r.refuse_put() is None)
 
-    def _master_serves(self, reads: bool) -> bool:
-        """This node, as its group's master, serves a call now: not deposed and, for a write,
-        not fenced (the relay's test when the route names this node: the route may be a moment
-        old)."""
+    def _master_takes_writes(self) -> bool:
+        """This node, as its group's master, may acknowledge a write now: the test ``local_route``
+        marks it fenced by, made again where the relay's cached route (half a second old at
+        most) names this node."""
         r = self.replica
-        return r is None or (r.is_master and not r.gate.deposed and (reads or not r.ack_refusal()))
+        return r is None or (r.is_master and not r.ack_refusal())
 
     def _broker_wrote(self) -> None:
         """The broker services put messages: followers' streams send them now (not at the next keepalive)."""
