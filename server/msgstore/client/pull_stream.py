@@ -98,7 +98,9 @@ class AsyncPullStream:
     Requests go through an iterator, as PullStream's, not ``call.write``: a write racing the
     node's end of the stream overwrites its status with "Internal error from Core"
     (grpc/grpc#36066, errors.LOST_STATUS), and a node older than the stream, its UNIMPLEMENTED
-    lost so, was asked again at the next polls under load."""
+    lost so, was asked again at the next polls under load. The iterator's writes go through
+    the same ``_write`` in grpc.aio, so that is rarer now, not gone: such a node may be asked
+    a second time."""
 
     def __init__(self, method: Any, metadata: tuple | None):
         self._requests: asyncio.Queue = asyncio.Queue()
