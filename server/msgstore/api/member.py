@@ -412,8 +412,8 @@ class Member:
 
     def _master_takes_writes(self) -> bool:
         """This node, as its group's master, may acknowledge a write now: the test ``local_route``
-        marks it fenced by, made again where the relay's cached route (half a second old at
-        most) names this node."""
+        marks it fenced by, made again where the relay's cache (half a second old at most)
+        names this node."""
         r = self.replica
         return r is None or (r.is_master and not r.ack_refusal())
 

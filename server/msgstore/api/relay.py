@@ -96,12 +96,6 @@ class Relay:
         deadline = start + (_timeout(context) or DEFAULT_TIMEOUT_S)
         while True:
             address, known = await self.master_of(group, reads)
-            if not reads and address == server.advertise and not server._master_takes_writes():
-                # the route's cache (half a second) still names this node, fenced since (a
-                # switchover): served here, the write would be refused at once; it waits for the
-                # group's next master like any other (a read is served by a fenced master)
-                self.forget(address)
-                address = None
             if address is not None:
                 return None if address == server.advertise else address
             if not known and time.monotonic() - start >= UNKNOWN_GRACE_S:  # (not a peer that has yet to answer)
@@ -113,10 +107,15 @@ class Relay:
     async def master_of(self, group: str, reads: bool = False) -> tuple[str | None, bool]:
         """The group's ready, unfenced master of the newest epoch, and whether the group is known
         (``reads``: a fenced master will do)."""
+        server = self.server
         hit = self._masters.get((group, reads))
         if hit is not None and time.monotonic() < hit[0]:
-            return hit[1], True
-        server = self.server
+            if reads or hit[1] != server.advertise or server._master_takes_writes():
+                return hit[1], True
+            # the cache names this node, fenced since (a switchover): a write served here would
+            # be refused at once; the route, which marks this node fenced, is asked instead
+            # (a read is served by a fenced master)
+            self._masters.pop((group, reads), None)
         best = None
         known = False
         for n in await server.route("", server.local_route("")):

@@ -63,9 +63,6 @@ class Forwarder:
             return None
         server = self.service.server
         address, known = await server.relay.master_of(group)
-        if address == server.advertise and not server._master_takes_writes():  # (cached before a fence: as Relay.target)
-            server.relay.forget(address)
-            address = None
         if not known and group != server._group_name():
             code, field = UNKNOWN_GROUP.get(method, (d.INVALID_RECEIPT_HANDLE, "receipt_handle"))
             raise Refusal(code, f"{field}: names group {group}, which this store does not know")
