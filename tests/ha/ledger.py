@@ -4,12 +4,11 @@ the final master; no (queue, offset) ever read with two different bodies, across
 test made; and, where a mode may lose acknowledged messages (ASYNC), none lost that a member
 acknowledged after another had been elected in its place (a fenced member acknowledges nothing).
 
-"After" is the client's *receipt* of the acknowledgement against the election (for a lost
-one: :meth:`Ledger.acked_by_fenced`), or the request's departure (for any:
-:meth:`Ledger.acked_after_replaced`): the time the arbiter's record says it was made
-(``electedAt``, read off etcd by :class:`RecordWatch`), or, without an arbiter, the time the
-test's controller saw its promotion done (later than the election itself: acknowledgements
-received in between are not counted there).
+"After" is the client's *receipt* of the acknowledgement against the election (for any,
+:meth:`Ledger.acked_after_replaced` excuses one in flight at the election): the time the
+arbiter's record says it was made (``electedAt``, read off etcd by :class:`RecordWatch`), or,
+without an arbiter, the time the test's controller saw its promotion done (later than the
+election itself: acknowledgements received in between are not counted there).
 
 It knows nothing of the store's internals: only the clients' answers, the times they were sent
 and received, the elections the test made or the arbiter recorded, and what reads return.

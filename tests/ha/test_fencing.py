@@ -87,7 +87,7 @@ def test_a_paused_async_master_is_fenced_and_both_clients_move_to_the_new_master
     ledger, held, (old, a, _b), c, t = _paused_master_round(groups, etcd, [])
     lost = ledger.lost(held)
     assert not ledger.acked_by_fenced(lost), f"{len(ledger.acked_by_fenced(lost))} acknowledged by the replaced master, then lost"
-    assert not ledger.acked_after_replaced()  # nothing acknowledged to a request sent once the arbiter recorded the successor
+    assert not ledger.acked_after_replaced()  # nothing received from the old master after its successor (but in flight)
     # the client given only the old master's address moved too
     assert any(a_.body.startswith(b"old-") and a_.address == a.address and a_.sent > t["resumed"] for a_ in ledger.acks)
     # what ASYNC may lose is what the old master acknowledged before it was replaced and had not sent on

@@ -443,7 +443,7 @@ def test_nemesis_campaign_loses_no_acknowledged_message(tmp_path, network, mode,
             assert not fenced, f"{len(fenced)} lost messages were acknowledged by a replaced master, first {fenced[:3]}; {detail}"
         late = ledger.acked_after_replaced()
         assert not late, (
-            f"{len(late)} acknowledgements from a member to requests sent after the arbiter named its successor: {late[:3]}; "
+            f"{len(late)} acknowledgements received from a member after the arbiter named its successor (not in flight then): {late[:3]}; "
             f"records (electedAt, address, epoch) {sorted(ledger.records)}; {detail}"
         )
         reads_due = len(schedule) if rounds <= 20 else len(schedule) // 10  # (read through after every round, or every tenth)
