@@ -223,10 +223,12 @@ def test_pull_query_and_receive_show_rocketmqs_message_id_beside_ours(server):
     the offset id (issue 33.11)."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
+    from tests.rocketmq.conftest import startup
+
     s = ["--server", server.address]
     run("topics", "create", "rmq", "--queues", "1", *s)
     producer = Producer(ClientConfiguration(server.address, Credentials()), ("rmq",))
-    producer.startup()
+    startup(producer)
     try:
         m = Message()
         m.topic, m.body = "rmq", b"official"

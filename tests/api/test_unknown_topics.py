@@ -15,7 +15,7 @@ from msgstore.client import Client
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
 from tests.api import test_cli as cli
-from tests.rocketmq.conftest import config
+from tests.rocketmq.conftest import config, startup
 
 d, s = definition_pb2, service_pb2
 STRICT = ["autoCreateTopicEnable=false"]
@@ -81,7 +81,7 @@ def test_rocketmq_v2_receive_pull_and_assignment_of_a_missing_topic_are_topic_no
 def test_the_official_simple_consumer_of_a_missing_topic_is_told(strict, caplog):
     consumer = SimpleConsumer(config(strict.address), "g", {"missing": FilterExpression()}, 1)
     try:
-        consumer.startup()
+        startup(consumer)
         with pytest.raises(Exception, match="failed to fetch topic:missing route"):
             consumer.receive(8, 30)
     finally:

@@ -187,10 +187,12 @@ def test_messages_sent_with_rocketmqs_official_client_are_read_by_the_source(spa
     FIFO message group) is in the DataFrame as RocketMQ stores it."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
+    from tests.rocketmq.conftest import startup
+
     node = ServerProcess(str(tmp_path / "data"), name="rmq-node").start()
     try:
         producer = Producer(ClientConfiguration(node.address, Credentials()), ("shipments",))
-        producer.startup()
+        startup(producer)
         sent = {}
         try:
             for i in range(4):

@@ -3,11 +3,13 @@ processes: every client here is started and shut down through its public API."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 
 import pytest
 from rocketmq import ClientConfiguration, Credentials, MessageListener
+from rocketmq.v5.client.connection.rpc_client import RpcClient
 
 from tests.api import conftest as api
 
@@ -27,10 +29,24 @@ def config(address: str, secret: str = "") -> ClientConfiguration:
     return ClientConfiguration(address, Credentials("app" if secret else "", secret), request_timeout=5)
 
 
+def startup(client) -> None:
+    """``client.startup()``, with the calling thread's event loop set as the client sets it.
+
+    The official client opens its telemetry stream in the thread that runs its route query's
+    callback: its I/O loop's thread, or ours when the answer came before the callback was added
+    (a race it loses now and then). grpc.aio then needs a current event loop in our thread, and
+    a test's earlier ``asyncio.run()`` left the main thread with none: "There is no current
+    event loop in thread 'MainThread'", and a push consumer's start-up failed 10 s later (one
+    CI run). The client's own channel creation makes its I/O loop the calling thread's; this
+    does that before it starts, whichever thread then opens the stream."""
+    asyncio.set_event_loop(RpcClient.get_channel_io_loop())
+    client.startup()
+
+
 @contextlib.contextmanager
 def started(client):
-    """A client started, and shut down however the test ends."""
-    client.startup()
+    """A client started (``startup``), and shut down however the test ends."""
+    startup(client)
     try:
         yield client
     finally:
