@@ -108,6 +108,41 @@ def empty_stream_rtt(port: int, body: bytes, total: int) -> float:
         channel.close()
 
 
+def batched_echo(port: int, streams: int, total: int, body: bytes, batch: int = 500) -> float:
+    """msg/s of ``batched_send``'s traffic against the echo server: the same client encoding
+    each batch and sending it on its SendStream, ``streams`` threads, no store. The echo server
+    reads each request (a protobuf parse) and answers at once, so this is what a Python gRPC
+    server can take from this client on this machine, the ceiling of msgstore's batched row."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", -1)])
+    msgs = [OutMessage(body) for _ in range(batch)]
+    per = max(1, total // streams // batch)
+    failures: list[str] = []
+
+    def work(k: int) -> None:
+        stream = SendStream(channel, "echo")
+        try:
+            for i in range(per):
+                stream.send(encode_send("echo", (k * 3 + i) % 8, msgs, None), batch, (), 30)
+        except Exception as e:  # (as batched_send: a thread's failure must not look like a rate)
+            failures.append(repr(e))
+        finally:
+            stream.close()
+
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(streams)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        dt = time.perf_counter() - t
+    finally:
+        channel.close()
+    if failures:
+        raise RuntimeError(f"batched sends to the echo server failed: {failures[:3]}")
+    return per * streams * batch / dt
+
+
 # ---------------------------------------------------------------------------------- JetStream
 
 
@@ -366,10 +401,12 @@ def run(workdir: str) -> list[Measure]:
                     body = os.urandom(size)
                     total = n(count)
                     label = f"{size} B" if size < KiB else f"{size // KiB} KiB"
-                    a, b, c, rb, streams, sent = [], [], [], [], [], []
+                    a, b, c, rb, streams, sent, ceiling = [], [], [], [], [], [], []
                     for i in range(REPEAT):
                         rate, ms_sent = batched_send(client, f"s1-{size}-{i}", 2, total, body=body, tags=None)
                         a.append(rate)
+                        if size == KiB:
+                            ceiling.append(batched_echo(echo.port, 2, total, body))
                         rate, name = js.publish_async(body, min(total, n(20_000)))  # its rate is steady; spare minutes
                         b.append(rate)
                         streams.append(name)
@@ -390,6 +427,13 @@ def run(workdir: str) -> list[Measure]:
                         ratio(m_ms, m_rd, f"1. produce {label}: msgstore / Redis (redis-py)", "target ≥ 2" if size == KiB else ""),
                         ratio(m_ms, m_rb, f"1. produce {label}: msgstore / redis-benchmark", "target ≥ 1.5" if size == KiB else ""),
                     ]
+                    if size == KiB:  # how far any Python gRPC server could go here (issue 30's 3x)
+                        m_ceil = Measure(f"1. produce {label}: the same batches to the echo server (no store)", "msg/s", ceiling)
+                        out += [
+                            m_ceil,
+                            ratio(m_ceil, m_rb, f"1. produce {label}: echo server / redis-benchmark"),
+                            ratio(m_ms, m_ceil, f"1. produce {label}: msgstore / echo server"),
+                        ]
                     if size == KiB:
                         consume_set = ([f"s1-{size}-{i}" for i in range(REPEAT)], streams, sent)
 
