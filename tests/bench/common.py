@@ -12,8 +12,29 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from msgstore.store.clock import DiskProbe
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
+# The store starts deleting segments at 75 % disk use (diskMaxUsedSpaceRatio) and refuses writes
+# at 90 %. Figures taken above the first are not comparable: on 2026-11-29 a disk 91 % full of
+# old benchmark files had msgstore's writes cost 2-4x the kernel time per message of the same
+# run after deleting them (which also freed their page cache; the two causes were not separated).
+DISK_WARN_PCT = 75
+
+
+def bench_dir() -> str:
+    """Where benchmark data goes: BENCH_DIR, else results/tmp (the repository's disk)."""
+    return os.environ.get("BENCH_DIR") or os.path.join(RESULTS, "tmp")
+
+
+def disk_used_pct(path: str) -> float:
+    """Used share of the filesystem holding ``path``, as the store's disk check counts it (used
+    against used + available: blocks reserved for root count as neither, as with df)."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    ratio = DiskProbe().usage(path)
+    return -1.0 if ratio is None else round(100 * ratio, 1)
 
 
 @dataclass
@@ -45,6 +66,7 @@ def machine() -> dict:
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.machine(),
+        "disk_used_pct": disk_used_pct(bench_dir()),
     }
     try:
         info["cpu"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))

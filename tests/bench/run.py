@@ -29,7 +29,7 @@ from . import (
     bench_store,
     report,
 )
-from .common import machine, save
+from .common import DISK_WARN_PCT, bench_dir, machine, save
 
 SUITES = {
     "store": bench_store.run,
@@ -50,9 +50,15 @@ SUITES = {
 
 def main() -> int:
     only = [s for s in os.environ.get("BENCH_ONLY", "").split(",") if s] or list(SUITES)
-    base = os.environ.get("BENCH_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tmp")
+    base = bench_dir()
     os.makedirs(base, exist_ok=True)
-    print(f"machine: {machine()}")
+    info = machine()
+    print(f"machine: {info}")
+    if info["disk_used_pct"] >= DISK_WARN_PCT:
+        print(
+            f"WARNING: the disk under {base} is {info['disk_used_pct']} % full: the store cleans up from "
+            f"{DISK_WARN_PCT} % on and refuses writes at 90 %, so these figures are not comparable with others"
+        )
     for name in only:
         with tempfile.TemporaryDirectory(dir=base) as work:
             t = time.perf_counter()
