@@ -16,8 +16,8 @@ from msgstore.store.clock import DiskProbe
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
-# The store starts deleting segments at 75 % disk use (diskMaxUsedSpaceRatio) and refuses writes
-# at 90 %. Figures taken above the first are not comparable: on 2026-11-29 a disk 91 % full of
+# The store starts deleting segments above 75 % disk use (diskMaxUsedSpaceRatio) and refuses
+# writes above 90 %. Figures taken above the first are not comparable: on 2026-11-29 a disk 91 % full of
 # old benchmark files had msgstore's writes cost 2-4x the kernel time per message of the same
 # run after deleting them (which also freed their page cache; the two causes were not separated).
 DISK_WARN_PCT = 75
@@ -28,13 +28,14 @@ def bench_dir() -> str:
     return os.environ.get("BENCH_DIR") or os.path.join(RESULTS, "tmp")
 
 
-def disk_used_pct(path: str) -> float:
+def disk_used_pct(path: str) -> float | None:
     """Used share of the filesystem holding ``path``, as the store's disk check counts it (used
     against used + available: blocks reserved for root count as neither, as with df)."""
-    while not os.path.exists(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):  # (BENCH_DIR before it is made: its nearest parent's disk)
         path = os.path.dirname(path)
     ratio = DiskProbe().usage(path)
-    return -1.0 if ratio is None else round(100 * ratio, 1)
+    return None if ratio is None else round(100 * ratio, 1)
 
 
 @dataclass

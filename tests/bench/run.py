@@ -54,10 +54,13 @@ def main() -> int:
     os.makedirs(base, exist_ok=True)
     info = machine()
     print(f"machine: {info}")
-    if info["disk_used_pct"] >= DISK_WARN_PCT:
+    used = info["disk_used_pct"]
+    if used is None:
+        print(f"WARNING: the disk use under {base} cannot be read: figures from a nearly full disk are not comparable")
+    elif used > DISK_WARN_PCT:
         print(
-            f"WARNING: the disk under {base} is {info['disk_used_pct']} % full: the store cleans up from "
-            f"{DISK_WARN_PCT} % on and refuses writes at 90 %, so these figures are not comparable with others"
+            f"WARNING: the disk under {base} is {used} % full: the store cleans up above {DISK_WARN_PCT} % "
+            "and refuses writes above 90 %, so these figures are not comparable with others"
         )
     for name in only:
         with tempfile.TemporaryDirectory(dir=base) as work:
