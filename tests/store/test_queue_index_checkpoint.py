@@ -40,6 +40,33 @@ def test_duplicates_are_skipped(tmp_path):
     assert cq.max_offset == 10
 
 
+def _files(cq: ConsumeQueue) -> dict[str, bytes]:
+    d = cq.segments.directory
+    return {name: open(os.path.join(d, name), "rb").read() for name in sorted(os.listdir(d))} if os.path.isdir(d) else {}
+
+
+def test_put_few_writes_and_skips_as_put_units(tmp_path):
+    """The dispatcher's numpy-free path for small hints (put_few) against put_units, step by
+    step on twin queues: fresh units across file ends, a first unit mid-file, leading and
+    interleaved duplicates, a gap in queue offsets, a put of nothing new."""
+    few, many = _cq(tmp_path / "few", 8), _cq(tmp_path / "many", 8)
+    steps = [
+        ([(5_000, 100, 7)], 3),  # first unit at queue offset 3: the file is prefilled
+        ([(5_100, 100, 1), (5_200, 50, -2), (5_250, 70, 0)], 4),  # crosses the first file's end
+        ([(5_200, 50, -2), (5_250, 70, 0), (5_320, 10, 9)], 5),  # two leading duplicates
+        ([(5_330, 5, 0), (5_320, 10, 9), (5_335, 5, 1)], 8),  # an interleaved duplicate
+        ([(5_335, 5, 1)], 10),  # nothing new
+        ([(9_000, 4_000_000, 2**40)], 14),  # a gap of queue offsets, a large tag
+    ]
+    for units, first in steps:
+        phys, sizes, tags = (np.array(column, dtype=np.int64) for column in zip(*units))
+        assert few.put_few(units, first) == many.put_units(phys, sizes, tags, first), (units, first)
+        assert (few.max_phy_offset, few.first_phy, few.max_offset) == (many.max_phy_offset, many.first_phy, many.max_offset)
+        assert _files(few) == _files(many)
+    assert few.max_phy_offset == 4_009_000
+    assert list(few.iter_units(3))[:2] == list(many.iter_units(3))[:2]
+
+
 def test_first_segment_at_nonzero_offset_is_prefilled_and_never_raises_max_phy(tmp_path):
     cq = _cq(tmp_path)
     cq.put_unit(5_000_000, 200, 7, 45)  # queue offset 45 lives in the second file
