@@ -189,6 +189,42 @@ def test_transactions_prepared_get_no_queue_unit(make_store):
         assert [m.body for m in got.messages()] == [b"a", b"b"]
 
 
+def test_a_small_batch_with_half_messages_gets_the_units_the_numpy_path_gives(make_store, tmp_path, monkeypatch):
+    """Hints of a few messages skip numpy (dispatch.SMALL_HINT); with prepared and rolled-back
+    messages among them, the units left must be those the numpy path leaves: the same queue
+    offsets, and commit-log positions counted over every message of the batch."""
+    from msgstore.store import dispatch
+    from msgstore.store.consume_queue import ConsumeQueue
+
+    batches = [
+        [0, codec.TRANSACTION_PREPARED, 0],
+        [codec.TRANSACTION_PREPARED],
+        [codec.TRANSACTION_COMMIT, codec.TRANSACTION_ROLLBACK, 0, codec.TRANSACTION_PREPARED, 0],
+    ]
+    put_few_calls = []
+    real_put_few = ConsumeQueue.put_few
+    monkeypatch.setattr(ConsumeQueue, "put_few", lambda cq, *a: put_few_calls.append(a) or real_put_few(cq, *a))
+
+    def units(root, small_hint):
+        monkeypatch.setattr(dispatch, "SMALL_HINT", small_hint)
+        s = make_store(root)
+        for k, flags in enumerate(batches):
+            tags = [{codec.PROP_TAGS: f"t{i}"} for i in range(len(flags))]
+            msgs = [Message("T", b"m%d-%d" % (k, i) * (i + 1), properties=tags[i], sys_flag=f) for i, f in enumerate(flags)]
+            assert s.put_messages("T", 0, msgs).ok
+        assert s.wait_dispatched()
+        cq = s.consume_queue("T", 0)
+        d = cq.segments.directory
+        return list(cq.iter_units(0)), {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d)}
+
+    fast = units(tmp_path / "fast", dispatch.SMALL_HINT)
+    assert len(put_few_calls) == 2  # the all-prepared batch leaves no unit to put
+    numpy = units(tmp_path / "numpy", 0)
+    assert len(put_few_calls) == 2
+    assert fast == numpy
+    assert [u[0] for u in fast[0]] == [0, 1, 2, 3, 4]  # queue offsets: 2 + 0 + 3 messages took one
+
+
 def test_offset_by_time(make_store):
     from msgstore.store.clock import ManualClock
 
