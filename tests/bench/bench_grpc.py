@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 from msgstore.client import Client, Consumer, OutMessage, Producer
 from tests.support.servers import ServerProcess
@@ -36,16 +37,28 @@ def batched_send(
     msgs = [OutMessage(body, tags=tags) for _ in range(batch)]
     per = max(1, total // streams // batch)
 
+    def send(k: int, i: int) -> str | None:
+        r = client.send_batch(topic, msgs, queue=queues[(k * 3 + i) % len(queues)])
+        return None if r[-1].ok else r[-1].status
+
+    dt = timed_batches(streams, per, send, f"batched send to {topic}")
+    return per * streams * batch / dt, per * streams * batch
+
+
+def timed_batches(streams: int, per: int, send: Callable[[int, int], str | None], what: str) -> float:
+    """Seconds for ``streams`` threads each calling ``send(thread, i)`` ``per`` times. A send
+    that returns a status ends its thread; any failure raises RuntimeError naming ``what``
+    (a thread's exception would otherwise vanish, and the rate look fine)."""
     failures: list[str] = []
 
     def work(k: int) -> None:
         try:
             for i in range(per):
-                r = client.send_batch(topic, msgs, queue=queues[(k * 3 + i) % len(queues)])
-                if not r[-1].ok:
-                    failures.append(r[-1].status)
+                status = send(k, i)
+                if status is not None:
+                    failures.append(status)
                     return
-        except Exception as e:  # a thread's exception would otherwise vanish, and the rate look fine
+        except Exception as e:
             failures.append(repr(e))
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(streams)]
@@ -56,8 +69,8 @@ def batched_send(
         th.join()
     dt = time.perf_counter() - t
     if failures:
-        raise RuntimeError(f"batched send to {topic} failed: {failures[:3]}")
-    return per * streams * batch / dt, per * streams * batch
+        raise RuntimeError(f"{what} failed: {failures[:3]}")
+    return dt
 
 
 def producer_singles(client: Client, topic: str, total: int = 100_000, body: bytes = BODY) -> float:

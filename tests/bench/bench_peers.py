@@ -41,7 +41,7 @@ from msgstore.store import Message, MessageStore
 from tests.support.servers import ServerProcess
 
 from . import bench_store, peers
-from .bench_grpc import batched_send, consume_all, producer_singles, start_server
+from .bench_grpc import batched_send, consume_all, producer_singles, start_server, timed_batches
 from .common import REPEAT, Measure, dd_write_rate
 
 KiB = 1024
@@ -121,29 +121,16 @@ def batched_echo(port: int, streams: int, total: int, body: bytes, batch: int = 
     batch = min(batch, max(1, total // streams))
     msgs = [OutMessage(body) for _ in range(batch)]
     per = max(1, total // streams // batch)
-    failures: list[str] = []
 
-    def work(k: int) -> None:
-        try:
-            for i in range(per):
-                stream.send(encode_send("echo", (k * 3 + i) % 8, msgs, None), batch, (), 30)
-        except Exception as e:  # (as batched_send: a thread's failure must not look like a rate)
-            failures.append(repr(e))
+    def send(k: int, i: int) -> None:
+        stream.send(encode_send("echo", (k * 3 + i) % 8, msgs, None), batch, (), 30)
 
     try:
         stream.send(encode_send("echo", 0, msgs[:1], None), 1, (), 30)
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(streams)]
-        t = time.perf_counter()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        dt = time.perf_counter() - t
+        dt = timed_batches(streams, per, send, "batched sends to the echo server")
     finally:
         stream.close()
         channel.close()
-    if failures:
-        raise RuntimeError(f"batched sends to the echo server failed: {failures[:3]}")
     return per * streams * batch / dt
 
 

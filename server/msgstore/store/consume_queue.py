@@ -190,7 +190,10 @@ class ConsumeQueue:
         try:
             return self._put_units(phys, sizes, tags, first_queue_offset)
         except OSError as e:
-            raise OSError(e.errno, f"consume queue {self.topic}/{self.queue_id}: {e.strerror or e}") from e
+            raise self._named(e) from e
+
+    def _named(self, e: OSError) -> OSError:
+        return OSError(e.errno, f"consume queue {self.topic}/{self.queue_id}: {e.strerror or e}")
 
     def _put_units(self, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray, first_queue_offset: int) -> int:
         with self._lock:
@@ -208,13 +211,17 @@ class ConsumeQueue:
             units["phy"] = phys
             units["size"] = sizes
             units["tag"] = tags
-            self._write(first_queue_offset * UNIT, units.tobytes())
-            self.max_phy_offset = int(phys[-1]) + int(sizes[-1])
-            if self.first_phy == -1:  # it was empty: this is its first unit
-                self.first_phy = int(phys[0])
-            if self.on_write is not None:
-                self.on_write(self)
+            self._append_run(first_queue_offset, units.tobytes(), int(phys[0]), int(phys[-1]) + int(sizes[-1]))
             return n
+
+    def _append_run(self, first_queue_offset: int, data: bytes, first_phy: int, end_phy: int) -> None:
+        """Write a run of new units (under the lock) and move the queue's positions past it."""
+        self._write(first_queue_offset * UNIT, data)
+        self.max_phy_offset = end_phy
+        if self.first_phy == -1:  # it was empty: this is its first unit
+            self.first_phy = first_phy
+        if self.on_write is not None:
+            self.on_write(self)
 
     def _put_each(self, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray, first_queue_offset: int, keep: np.ndarray) -> int:
         written = 0
@@ -234,27 +241,26 @@ class ConsumeQueue:
         message's dispatch spent most of its time in numpy's per-call costs. Same bytes, same
         skipping of units already held."""
         try:
-            with self._lock:
-                floor = self.max_phy_offset
-                first_kept = 0
-                while first_kept < len(units) and units[first_kept][0] + units[first_kept][1] <= floor:
-                    first_kept += 1
-                rest = units[first_kept:]
-                if any(p + s <= floor for p, s, _ in rest):  # interleaved duplicates: as put_units
-                    phys, sizes, tags = (np.array(column, dtype=np.int64) for column in zip(*units))
-                    return self._put_each(phys, sizes, tags, first_queue_offset, (phys + sizes) > floor)
-                if not rest:
-                    return 0
-                self._write((first_queue_offset + first_kept) * UNIT, b"".join([_UNIT.pack(p, s, t) for p, s, t in rest]))
-                last_phy, last_size, _ = rest[-1]
-                self.max_phy_offset = last_phy + last_size
-                if self.first_phy == -1:  # it was empty: this is its first unit
-                    self.first_phy = rest[0][0]
-                if self.on_write is not None:
-                    self.on_write(self)
-                return len(rest)
+            return self._put_few(units, first_queue_offset)
         except OSError as e:
-            raise OSError(e.errno, f"consume queue {self.topic}/{self.queue_id}: {e.strerror or e}") from e
+            raise self._named(e) from e
+
+    def _put_few(self, units: list[tuple[int, int, int]], first_queue_offset: int) -> int:
+        with self._lock:
+            floor = self.max_phy_offset
+            first_kept = 0
+            while first_kept < len(units) and units[first_kept][0] + units[first_kept][1] <= floor:
+                first_kept += 1
+            rest = units[first_kept:]
+            if any(p + s <= floor for p, s, _ in rest):  # interleaved duplicates: as put_units
+                phys, sizes, tags = (np.array(column, dtype=np.int64) for column in zip(*units))
+                return self._put_each(phys, sizes, tags, first_queue_offset, (phys + sizes) > floor)
+            if not rest:
+                return 0
+            last_phy, last_size, _ = rest[-1]
+            data = b"".join([_UNIT.pack(p, s, t) for p, s, t in rest])
+            self._append_run(first_queue_offset + first_kept, data, rest[0][0], last_phy + last_size)
+            return len(rest)
 
     def put_unit(self, phy: int, size: int, tag: int, queue_offset: int) -> bool:
         return self.put_few([(phy, size, tag)], queue_offset) == 1

@@ -23,6 +23,7 @@ import numpy as np
 from ..record import codec
 from .commitlog import CommitLog
 from .config import StoreConfig
+from .consume_queue import ConsumeQueue
 from .index import IndexService
 from .queue_table import QueueTable
 from .results import Unavailable
@@ -234,10 +235,18 @@ class Dispatcher(ServiceThread):
     # ------------------------------------------------------------------ applying
 
     def apply_hint(self, h: Hint) -> None:
+        cq = self.queues.get(h.topic, h.queue_id, create=True)
+        assert cq is not None
+        if len(h.sizes) <= SMALL_HINT and not h.key_hashes and h.topic != SCHEDULE_TOPIC:
+            self._put_small_hint(cq, h)
+        else:
+            self._put_hint(cq, h)
+        self.logics_timestamp = h.store_timestamp
+        self._notify(h.topic, h.queue_id, cq.max_offset)
+
+    def _put_hint(self, cq: ConsumeQueue, h: Hint) -> None:
+        """A hint's units and index entries, column by column."""
         n = len(h.sizes)
-        if n <= SMALL_HINT and not h.key_hashes and h.topic != SCHEDULE_TOPIC:
-            self._apply_small_hint(h)
-            return
         sizes = np.asarray(h.sizes, dtype=np.int64)
         phys = np.empty(n, dtype=np.int64)
         phys[0] = h.phy
@@ -248,8 +257,6 @@ class Dispatcher(ServiceThread):
             tags = deliver_times(h.queue_id, np.full(n, h.store_timestamp, dtype=np.int64), self.settings().delay_levels_ms)
         else:
             tags = np.asarray(h.tags_codes, dtype=np.int64)
-        cq = self.queues.get(h.topic, h.queue_id, create=True)
-        assert cq is not None
         if h.count_offsets_all:
             cq.put_units(phys, sizes, tags, h.queue_offset)
         else:
@@ -266,13 +273,10 @@ class Dispatcher(ServiceThread):
                 np.full(len(owner), h.store_timestamp, dtype=np.int64),
                 flags,
             )
-        self.logics_timestamp = h.store_timestamp
-        self._notify(h.topic, h.queue_id, cq.max_offset)
 
-    def _apply_small_hint(self, h: Hint) -> None:
+    @staticmethod
+    def _put_small_hint(cq: ConsumeQueue, h: Hint) -> None:
         """A few messages without keys (a trickle's sends): their units without numpy."""
-        cq = self.queues.get(h.topic, h.queue_id, create=True)
-        assert cq is not None
         units = []
         phy = h.phy
         for size, tag, takes in zip(h.sizes, h.tags_codes, h.takes_offset):
@@ -281,8 +285,6 @@ class Dispatcher(ServiceThread):
             phy += size
         if units:
             cq.put_few(units, h.queue_offset)
-        self.logics_timestamp = h.store_timestamp
-        self._notify(h.topic, h.queue_id, cq.max_offset)
 
     def apply_columns(self, cols: codec.Columns, index: bool = True, units_from: int = 0) -> None:
         """Dispatch parsed records: consume-queue units per queue (for records from commit-log
