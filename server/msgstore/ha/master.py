@@ -132,6 +132,7 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
             if replica.tracker.silent(link):
                 silent_ms = replica.tracker.keepalive_s * 1000
                 raise Refused(f"follower {first.member} sent no report for {silent_ms:.0f} ms (haKeepaliveTimeout)")
+            seen = replica.signal.seq  # before looking: what is appended after this ends the wait below
             end = cl.max_offset
             epochs = replica.epochs.snapshot()
             state = replica.state_version
@@ -141,7 +142,7 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
                 if data is None:
                     raise Refused(f"offset {pos} is no longer stored here (deleted by retention): the follower must start over")
                 if not data:
-                    await replica.signal.wait(0.01)
+                    await replica.signal.wait(0.01, seen)
                     continue
                 if epochs != sent_epochs or state != sent_state:
                     chunk = hpb.MasterChunk(offset=pos, data=data, master_end=end, sent_us=now_us(), confirm_offset=confirm)
@@ -166,7 +167,7 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
                     with_state(chunk, replica)
                 await write(chunk)
                 quiet_since, due = time.monotonic(), KEEPALIVE_S
-            waiting = asyncio.ensure_future(replica.signal.wait(max(due, 0.001)))
+            waiting = asyncio.ensure_future(replica.signal.wait(max(due, 0.001), seen))
             await asyncio.wait({reader, waiting}, return_when=asyncio.FIRST_COMPLETED)
             waiting.cancel()
     finally:

@@ -1,0 +1,75 @@
+"""The master's side of a follower's stream (ha/master.py serve_follower), in process on a real
+store: what it sends, and when."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from msgstore.ha import master
+from msgstore.ha.replica import Replica
+from msgstore.store import Message
+from msgstore.v1 import ha_pb2 as hpb
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_an_append_made_while_a_chunk_is_written_is_sent_without_waiting_for_the_keepalive(make_store, monkeypatch):
+    """An append that lands while the stream writes a chunk without data (a state change here;
+    a confirm offset or a keepalive alike) must be sent at once. The stream used to look at the
+    log's end before that write and then wait for the next append or the keepalive: the append
+    made meanwhile was missed, and a SYNC put waited up to a second (most rounds of the
+    replication bench had such stalls). With a keepalive of a minute, the miss is a hang here."""
+    monkeypatch.setattr(master, "KEEPALIVE_S", 60.0)
+    store = make_store()
+    replica = Replica(store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=lambda a: None, call_metadata=tuple)
+    follower_gone = asyncio.Event()
+
+    async def reports():
+        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
+        await follower_gone.wait()
+
+    chunks: asyncio.Queue[hpb.MasterChunk] = asyncio.Queue()
+    append_during: list[str] = []
+
+    async def write(chunk: hpb.MasterChunk | bytes) -> None:
+        if isinstance(chunk, bytes):
+            chunk = hpb.MasterChunk.FromString(chunk)
+        if append_during and chunk.state and not chunk.data:
+            body = append_during.pop()
+            assert store.put_message(Message("t", body.encode())).ok
+            replica.signal.notify()  # what the servicer does after its append
+        await asyncio.sleep(0)  # a write yields to the loop
+        chunks.put_nowait(chunk)
+
+    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
+    try:
+        hello = await asyncio.wait_for(chunks.get(), 10)
+        assert hello.state and not hello.data and hello.start_offset == 0
+        append_during.append("appended while a state chunk was written")
+        replica.note_member("m2", "127.0.0.1:2")  # a member joins: the followers are told at once
+        state = await asyncio.wait_for(chunks.get(), 10)
+        assert state.state and "m2" in [m.name for m in state.members]
+        assert not append_during, "the write hook did not run"
+        data = await asyncio.wait_for(chunks.get(), 10)  # before the fix: waited for the 60 s keepalive
+        assert data.offset == 0 and data.data and b"appended while a state chunk was written" in data.data
+        assert len(data.data) == store.commitlog.max_offset
+    finally:
+        follower_gone.set()
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)
+
+
+async def test_a_wait_given_the_count_it_saw_returns_at_once_after_a_notification_it_missed():
+    from msgstore.ha.signal import AppendSignal
+
+    signal = AppendSignal()
+    seen = signal.seq
+    signal.notify()  # nobody waiting yet
+    await asyncio.wait_for(signal.wait(60, seen), 1)  # returns at once: the notification came after `seen`
+    waiting = asyncio.ensure_future(signal.wait(60, signal.seq))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # nothing new: it waits
+    signal.notify()
+    await asyncio.wait_for(waiting, 1)
