@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from . import allocator
 from .common import store_settings, token_source
 
 # How long a thread may hold the GIL while another waits for it. A node's event loop hands each
@@ -64,6 +65,7 @@ def cmd_serve(args) -> int:
         failover_after_s=args.failover_after,
     )
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    allocator.tune()
     try:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
