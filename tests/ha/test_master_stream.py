@@ -4,6 +4,8 @@ store: what it sends, and when."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
 import pytest
 
@@ -12,9 +14,8 @@ from msgstore.ha.replica import Replica
 from msgstore.store import Message
 from msgstore.v1 import ha_pb2 as hpb
 
-pytestmark = pytest.mark.asyncio
 
-
+@pytest.mark.asyncio
 async def test_an_append_made_while_a_chunk_is_written_is_sent_without_waiting_for_the_keepalive(make_store, monkeypatch):
     """An append that lands while the stream writes a chunk without data (a state change here;
     a confirm offset or a keepalive alike) must be sent at once. The stream used to look at the
@@ -61,6 +62,7 @@ async def test_an_append_made_while_a_chunk_is_written_is_sent_without_waiting_f
         await asyncio.gather(stream, return_exceptions=True)
 
 
+@pytest.mark.asyncio
 async def test_a_wait_given_the_count_it_saw_returns_at_once_after_a_notification_it_missed():
     from msgstore.ha.signal import AppendSignal
 
@@ -73,3 +75,28 @@ async def test_a_wait_given_the_count_it_saw_returns_at_once_after_a_notificatio
     assert not waiting.done()  # nothing new: it waits
     signal.notify()
     await asyncio.wait_for(waiting, 1)
+
+
+def test_the_raw_view_a_chunk_is_encoded_from(make_store):
+    """CommitLog.raw: the log's bytes within one segment, a view valid inside the ``with``; empty
+    at the end, None below what retention kept; the segment is given back afterwards (it can
+    then be deleted)."""
+    s = make_store(mappedFileSizeCommitLog=1024, fileReservedTime=1, deleteCommitLogFilesInterval=0)
+    for i in range(40):
+        assert s.put_message(Message("t", b"%04d" % i + b"." * 100)).ok
+    cl = s.commitlog
+    first = cl.segments.segments[0]
+    with open(first.path, "rb") as f:
+        on_disk = f.read(first.read_position)
+    with cl.raw(0, 1 << 20) as view:
+        assert view is not None and bytes(view) == on_disk  # within the first segment only
+    with cl.raw(10, 50) as view:
+        assert bytes(view) == on_disk[10:60]
+    with cl.raw(cl.max_offset, 1 << 20) as view:
+        assert view is not None and len(view) == 0
+    old = time.time() - 2 * 3600
+    for seg in cl.segments.segments[:-1]:
+        os.utime(seg.path, (old, old))
+    assert s.manual_delete() > 0  # nothing held them: the views above were given back
+    with cl.raw(0, 1 << 20) as view:
+        assert view is None

@@ -23,12 +23,14 @@ from ..store.layout import BROKER_STATE_END, FOLLOWED_BROKER_FILES
 from ..store.metadata import write_atomic
 from ..v1 import ha_pb2 as hpb
 from ..v1 import ha_pb2_grpc as hpbg
+from .chunk import read_chunk
 from .epochs import Epoch
 from .master import epochs_pb
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+FOLLOW = "/msgstore.v1.Replication/Follow"  # with read_chunk for its answers: data chunks' bytes are not copied out
 METADATA_EVERY_S = 1.0
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
@@ -152,8 +154,10 @@ class Follower:
             while (report := await outbox.get()) is not None:
                 yield report
 
-        stub = hpbg.ReplicationStub(r.channel(self.master_address))
-        call = stub.Follow(reports(), metadata=r.call_metadata() or None)
+        follow = r.channel(self.master_address).stream_stream(
+            FOLLOW, request_serializer=hpb.FollowerReport.SerializeToString, response_deserializer=read_chunk
+        )
+        call = follow(reports(), metadata=r.call_metadata() or None)
         end = store.commitlog.max_offset
         outbox.put_nowait(
             hpb.FollowerReport(

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ..v1 import ha_pb2 as hpb
+from .chunk import data_chunk
 from .epochs import Epoch, consistent_offset
 
 log = logging.getLogger(__name__)
@@ -33,35 +34,6 @@ def plan_start(follower: list[Epoch], follower_end: int, master: list[Epoch], ma
     if agreed < follower_end:
         return agreed, agreed
     return -1, follower_end
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1  # int64 on the wire: negatives as ten bytes, as protobuf does
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def data_chunk(offset: int, data: bytes, master_end: int, sent_us: int = 0, confirm_offset: int = 0) -> bytes:
-    """A serialized MasterChunk{offset, data, master_end, sent_us, confirm_offset}: what
-    ``hpb.MasterChunk(...).SerializeToString()`` gives, without copying ``data`` into a message
-    and out again."""
-    parts = [b"\x08", _varint(offset)] if offset else []
-    if data:
-        parts += [b"\x12", _varint(len(data)), data]
-    if master_end:
-        parts += [b"\x18", _varint(master_end)]
-    if sent_us:
-        parts += [b"\x38", _varint(sent_us)]
-    if confirm_offset:
-        parts += [b"\x40", _varint(confirm_offset)]
-    return b"".join(parts)
 
 
 def now_us() -> int:
@@ -138,20 +110,26 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
             state = replica.state_version
             confirm = replica.confirm_offset()
             if pos < end:
-                data = cl.read_raw(pos, CHUNK_BYTES)  # from the mapped segments just written: memory, no I/O to wait for
-                if data is None:
-                    raise Refused(f"offset {pos} is no longer stored here (deleted by retention): the follower must start over")
-                if not data:
+                changed = epochs != sent_epochs or state != sent_state
+                with cl.raw(pos, CHUNK_BYTES) as view:  # the mapped segments just written: memory, no I/O to wait for
+                    if view is None:
+                        raise Refused(f"offset {pos} is no longer stored here (deleted by retention): the follower must start over")
+                    size = len(view)
+                    if not size:
+                        payload: hpb.MasterChunk | bytes = b""
+                    elif changed:
+                        payload = hpb.MasterChunk(offset=pos, data=bytes(view), master_end=end, sent_us=now_us(), confirm_offset=confirm)
+                        payload.epochs.extend(epochs_pb(epochs))
+                        with_state(payload, replica)
+                    else:  # the common case, encoded by hand straight from the log: one copy of the bytes
+                        payload = data_chunk(pos, view, end, now_us(), confirm)
+                if not size:
                     await replica.signal.wait(0.01, seen)
                     continue
-                if epochs != sent_epochs or state != sent_state:
-                    chunk = hpb.MasterChunk(offset=pos, data=data, master_end=end, sent_us=now_us(), confirm_offset=confirm)
-                    chunk.epochs.extend(epochs_pb(epochs))
+                if changed:
                     sent_epochs, sent_state = epochs, state
-                    await write(with_state(chunk, replica))
-                else:  # the common case, encoded by hand: one copy of the bytes instead of three
-                    await write(data_chunk(pos, data, end, now_us(), confirm))
-                pos += len(data)
+                await write(payload)
+                pos += size
                 sent_confirm = confirm
                 quiet_since = time.monotonic()
                 continue

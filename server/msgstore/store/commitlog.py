@@ -6,7 +6,8 @@ import enum
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -293,16 +294,27 @@ class CommitLog:
             view.release()
             seg.release()
 
-    def read_raw(self, phy: int, max_bytes: int) -> bytes | None:
-        """Up to ``max_bytes`` of the log from ``phy``, within its segment (what a master sends
-        a follower); b"" at the end, None when ``phy`` is no longer (or not yet) stored."""
+    @contextmanager
+    def raw(self, phy: int, max_bytes: int) -> Iterator[memoryview | None]:
+        """Up to ``max_bytes`` of the log from ``phy``, within its segment (what a master sends a
+        follower), as a view of the mapped segment valid inside the ``with`` only (the segment is
+        held meanwhile): the master encodes its chunk straight from it, without first copying up
+        to a MiB out. An empty view at the end, None when ``phy`` is no longer (or not yet) stored."""
         seg = self.segments.find(phy)
         if seg is None:
-            return b"" if phy == self.max_offset else None
+            yield memoryview(b"") if phy == self.max_offset else None
+            return
         size = min(max_bytes, seg.read_position - (phy - seg.start))
-        if size <= 0:
-            return b""
-        return self.read(phy, size)
+        held = self.view(phy, size) if size > 0 else None
+        if held is None:
+            yield memoryview(b"") if size <= 0 else None
+            return
+        seg, view = held
+        try:
+            yield view
+        finally:
+            view.release()
+            seg.release()
 
     def read_record(self, phy: int) -> bytes | None:
         """The whole record at ``phy`` (its size read from the record itself)."""

@@ -1,0 +1,99 @@
+"""The replication stream's common chunk, a MasterChunk with nothing but log bytes and positions,
+encoded and decoded by hand: under load nearly every chunk is one, and protobuf would copy its
+bytes (up to CHUNK_BYTES) into a message and out again on each side. Any other chunk (the first,
+a state or epoch change) is left to protobuf."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..v1 import ha_pb2 as hpb
+
+# MasterChunk's field numbers (ha.proto) this module writes and reads
+_OFFSET, _DATA, _MASTER_END, _SENT_US, _CONFIRM = 1, 2, 3, 7, 8
+_INT_FIELDS = {_OFFSET: "offset", _MASTER_END: "master_end", _SENT_US: "sent_us", _CONFIRM: "confirm_offset"}
+_VARINT, _LENGTH = 0, 2
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1  # int64 on the wire: negatives as ten bytes, as protobuf does
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def data_chunk(offset: int, data: bytes | memoryview, master_end: int, sent_us: int = 0, confirm_offset: int = 0) -> bytes:
+    """A serialized MasterChunk{offset, data, master_end, sent_us, confirm_offset}: what
+    ``hpb.MasterChunk(...).SerializeToString()`` gives, with one copy of ``data`` (which may be
+    a view of the mapped log)."""
+    parts = [b"\x08", _varint(offset)] if offset else []
+    if len(data):
+        parts += [b"\x12", _varint(len(data)), data]
+    if master_end:
+        parts += [b"\x18", _varint(master_end)]
+    if sent_us:
+        parts += [b"\x38", _varint(sent_us)]
+    if confirm_offset:
+        parts += [b"\x40", _varint(confirm_offset)]
+    return b"".join(parts)
+
+
+@dataclass(slots=True)
+class DataChunk:
+    """A received data chunk: MasterChunk's attributes, ``data`` a view of the received bytes."""
+
+    offset: int = 0
+    data: memoryview | bytes = b""
+    master_end: int = 0
+    sent_us: int = 0
+    confirm_offset: int = 0
+    # what only other chunks carry, at protobuf's defaults
+    state: bool = False
+    epochs: tuple = ()
+    truncate_to: int = 0
+    start_offset: int = 0
+
+
+def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = raw[pos]  # IndexError when truncated
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def read_chunk(raw: bytes) -> hpb.MasterChunk | DataChunk:
+    """The deserializer of the follower's stream: a DataChunk when ``raw`` holds only the
+    fields data_chunk writes, else protobuf's MasterChunk (which also reports bad bytes)."""
+    chunk = DataChunk()
+    view = memoryview(raw)
+    pos, end = 0, len(raw)
+    try:
+        while pos < end:
+            key, pos = _read_varint(raw, pos)
+            field, wire = key >> 3, key & 7
+            if field == _DATA and wire == _LENGTH:
+                size, pos = _read_varint(raw, pos)
+                if pos + size > end:
+                    raise ValueError("truncated data")
+                chunk.data = view[pos : pos + size]
+                pos += size
+            elif field in _INT_FIELDS and wire == _VARINT:
+                value, pos = _read_varint(raw, pos)
+                setattr(chunk, _INT_FIELDS[field], value - (1 << 64) if value >> 63 else value)
+            else:
+                return hpb.MasterChunk.FromString(raw)
+    except (IndexError, ValueError):
+        return hpb.MasterChunk.FromString(raw)
+    return chunk
