@@ -100,3 +100,59 @@ def test_the_raw_view_a_chunk_is_encoded_from(make_store):
     assert s.manual_delete() > 0  # nothing held them: the views above were given back
     with cl.raw(0, 1 << 20) as view:
         assert view is None
+
+
+@pytest.mark.asyncio
+async def test_a_notification_from_another_thread_wakes_a_waiter_on_the_loop():
+    """The broker services announce their deliveries from their own thread. Done there, setting
+    the waiter's future did not wake a loop asleep in its selector: the stream slept on until
+    its timeout (here 30 s)."""
+    import threading
+
+    from msgstore.ha.signal import AppendSignal
+
+    signal = AppendSignal()
+    waiting = asyncio.ensure_future(signal.wait(30, signal.seq))
+    await asyncio.sleep(0)
+    # a moment later, when the loop sleeps in its selector with no other reason to wake for 30 s
+    thread = threading.Timer(0.1, signal.notify)
+    started = time.monotonic()
+    thread.start()
+    await asyncio.wait_for(waiting, 30)
+    assert time.monotonic() - started < 10
+    thread.join()
+    assert signal.seq == 1
+
+
+@pytest.mark.asyncio
+async def test_a_master_told_to_follow_ends_its_followers_streams_at_once(make_store, monkeypatch):
+    """A demoted master's streams used to notice only at their next wake (the keepalive, here a
+    minute): its followers went on following a member that no longer takes writes."""
+    import grpc
+
+    monkeypatch.setattr(master, "KEEPALIVE_S", 60.0)
+    store = make_store()
+    replica = Replica(
+        store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=grpc.aio.insecure_channel, call_metadata=tuple
+    )
+    follower_gone = asyncio.Event()
+
+    async def reports():
+        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
+        await follower_gone.wait()
+
+    chunks: asyncio.Queue = asyncio.Queue()
+
+    async def write(chunk) -> None:
+        chunks.put_nowait(chunk)
+
+    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
+    try:
+        await asyncio.wait_for(chunks.get(), 10)  # the hello: the stream now waits
+        await replica.follow("127.0.0.1:1")  # nobody there: the new follower retries meanwhile
+        await asyncio.wait_for(stream, 10)  # ended: this member is no longer a master
+    finally:
+        follower_gone.set()
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)
+        await replica.stop()

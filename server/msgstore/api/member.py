@@ -418,7 +418,8 @@ class Member:
         return r is None or (r.is_master and not r.ack_refusal())
 
     def _broker_wrote(self) -> None:
-        """The broker services put messages: followers' streams send them now (not at the next keepalive)."""
+        """The broker services (from their thread) or a pop call (after its worker thread) put
+        messages: followers' streams send them now, not at the next keepalive."""
         if self.replica is not None:
             self.replica.signal.notify()
 

@@ -214,6 +214,7 @@ class Replica:
         self.tracker.fail_waiters()
         self.follower = Follower(self, address)
         self.follower.start()
+        self.signal.notify()  # streams this member served as master end now, not at their next wake
         self.members.note_role(SLAVE, max(self.epoch, self.group_epoch), master=address)
         log.info("%s follows %s in %s", self.node, address, self.group)
 

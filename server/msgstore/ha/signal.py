@@ -1,8 +1,11 @@
-"""Wake the tasks streaming the commit log to followers when it grows (on the event loop)."""
+"""Wake the tasks streaming the commit log to followers when it grows. They wait on the event
+loop; appends are announced from it (client puts) and from other threads (the broker services'
+deliveries, pop checkpoints written in worker threads)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 
 class AppendSignal:
@@ -10,13 +13,26 @@ class AppendSignal:
     the log, so an append made after that look (while it was writing a chunk, or before its
     wait began) ends the wait at once instead of being missed until the next append or the
     timeout. Before, such a miss held a SYNC put up to the keepalive interval (1 s), in most
-    rounds of the replication bench."""
+    rounds of the replication bench.
+
+    A notification from another thread is passed to the loop (``call_soon_threadsafe``): done
+    there, it did not wake a loop asleep in its selector, raced the waiters' own bookkeeping, and
+    could fail setting a future the loop had just cancelled."""
 
     def __init__(self) -> None:
         self._waiting: list[asyncio.Future[None]] = []
         self.seq = 0
+        self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' (set by the first wait)
+        self._loop_thread = 0
 
     def notify(self) -> None:
+        loop = self._loop
+        if loop is not None and threading.get_ident() != self._loop_thread:
+            try:
+                loop.call_soon_threadsafe(self.notify)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+            return
         self.seq += 1
         waiting, self._waiting = self._waiting, []
         for fut in waiting:
@@ -26,9 +42,11 @@ class AppendSignal:
     async def wait(self, timeout_s: float, seen: int | None = None) -> None:
         """Until a notification after ``seen`` (a value of ``seq``; None: after now), at most
         ``timeout_s``."""
+        if self._loop is None:
+            self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         if seen is not None and seen != self.seq:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = self._loop.create_future()
         self._waiting.append(fut)
         try:
             await asyncio.wait_for(fut, timeout_s)
