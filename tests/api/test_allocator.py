@@ -24,7 +24,7 @@ print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def _probe(mode: str, **env: str) -> tuple[bool, int]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
     out = subprocess.run([sys.executable, "-c", PROBE, mode], env={**environ, **env}, capture_output=True, text=True, check=True).stdout
     tuned, faults = out.split()
     return tuned == "True", int(faults)
@@ -40,6 +40,19 @@ def test_a_large_buffer_allocated_again_reuses_its_pages():
     assert faults > 500, f"glibc's default already reuses the pages ({faults} faults): the probe shows nothing"
 
 
-def test_a_deployment_s_own_malloc_settings_win():
-    tuned, _ = _probe("tune", MALLOC_TRIM_THRESHOLD_="1048576")
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MALLOC_TRIM_THRESHOLD_": "1048576"},
+        {"MALLOC_MMAP_THRESHOLD_": "131072"},
+        {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1048576"},
+    ],
+)
+def test_a_deployment_s_own_malloc_settings_win(env):
+    tuned, _ = _probe("tune", **env)
     assert not tuned
+
+
+def test_other_glibc_tunables_do_not_stop_the_tuning():
+    tuned, _ = _probe("tune", GLIBC_TUNABLES="glibc.pthread.rseq=1")
+    assert tuned == sys.platform.startswith("linux")

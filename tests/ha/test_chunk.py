@@ -54,7 +54,15 @@ def test_any_other_chunk_is_protobuf_s(chunk):
     assert isinstance(got, hpb.MasterChunk) and got == chunk
 
 
-@pytest.mark.parametrize("raw", [b"\x12\x05abc", b"\x08\xff", b"\x12", b"\x08" + b"\xff" * 11])
+def test_a_ten_byte_varint_s_bits_beyond_64_are_dropped_as_protobuf_drops_them():
+    raw = b"\x08" + b"\x80" * 9 + b"\x7f"
+    assert read_chunk(raw).offset == hpb.MasterChunk.FromString(raw).offset == -(2**63)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x12\x05abc", b"\x08\xff", b"\x12", b"\x08" + b"\xff" * 11, b"\x88\x80\x80\x80\x80\x00\x01"],  # the last: a 6-byte key
+)
 def test_bad_bytes_fail_as_protobuf_fails_them(raw):
     with pytest.raises(DecodeError):
         read_chunk(raw)

@@ -156,3 +156,25 @@ async def test_a_master_told_to_follow_ends_its_followers_streams_at_once(make_s
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
         await replica.stop()
+
+
+def test_a_signal_waited_on_from_a_second_loop_follows_it():
+    """A store served again in the same process runs a new loop: waits and notifications from
+    other threads must go to that one, not to the closed first loop."""
+    import threading
+
+    from msgstore.ha.signal import AppendSignal
+
+    signal = AppendSignal()
+
+    async def round_trip() -> None:
+        waiting = asyncio.ensure_future(signal.wait(30, signal.seq))
+        await asyncio.sleep(0)
+        thread = threading.Timer(0.05, signal.notify)
+        thread.start()
+        await asyncio.wait_for(waiting, 10)
+        thread.join()
+
+    asyncio.run(round_trip())
+    asyncio.run(round_trip())  # a new loop: before, the wait made its future on the closed one
+    assert signal.seq == 2

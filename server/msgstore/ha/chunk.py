@@ -1,7 +1,8 @@
-"""The replication stream's common chunk, a MasterChunk with nothing but log bytes and positions,
-encoded and decoded by hand: under load nearly every chunk is one, and protobuf would copy its
-bytes (up to CHUNK_BYTES) into a message and out again on each side. Any other chunk (the first,
-a state or epoch change) is left to protobuf."""
+"""The replication stream's common chunk, a MasterChunk with nothing but log bytes and positions
+(or positions alone: a keepalive, a confirm offset), encoded and decoded by hand: under load
+nearly every chunk is one, and protobuf would copy its bytes (up to CHUNK_BYTES) into a message
+and out again on each side. Any other chunk (the first, a state or epoch change) is left to
+protobuf."""
 
 from __future__ import annotations
 
@@ -60,17 +61,18 @@ class DataChunk:
     start_offset: int = 0
 
 
-def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(raw: bytes, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """A varint of at most ``max_bytes`` (10: 64 bits, bits beyond them dropped as protobuf
+    drops them; a field key: 5)."""
     result = shift = 0
-    while True:
+    for _ in range(max_bytes):
         b = raw[pos]  # IndexError when truncated
         pos += 1
         result |= (b & 0x7F) << shift
         if not b & 0x80:
-            return result, pos
+            return result & 0xFFFF_FFFF_FFFF_FFFF, pos
         shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
+    raise ValueError("varint too long")
 
 
 def read_chunk(raw: bytes) -> hpb.MasterChunk | DataChunk:
@@ -81,7 +83,7 @@ def read_chunk(raw: bytes) -> hpb.MasterChunk | DataChunk:
     pos, end = 0, len(raw)
     try:
         while pos < end:
-            key, pos = _read_varint(raw, pos)
+            key, pos = _read_varint(raw, pos, 5)
             field, wire = key >> 3, key & 7
             if field == _DATA and wire == _LENGTH:
                 size, pos = _read_varint(raw, pos)

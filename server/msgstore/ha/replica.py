@@ -176,6 +176,8 @@ class Replica:
 
     def start(self) -> None:
         """Take the configured role (the store has recovered)."""
+        if _loop_running():  # before the broker services' thread can announce an append
+            self.signal.bind(asyncio.get_running_loop())
         if self.is_master:
             self.store.follower = False
             if self.epochs.last is None:

@@ -22,8 +22,13 @@ class AppendSignal:
     def __init__(self) -> None:
         self._waiting: list[asyncio.Future[None]] = []
         self.seq = 0
-        self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' (set by the first wait)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' (bind, or the first wait)
         self._loop_thread = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the waiters run on, and its thread (before any thread may notify: a
+        notification that found no loop yet ran where it was made)."""
+        self._loop, self._loop_thread = loop, threading.get_ident()
 
     def notify(self) -> None:
         loop = self._loop
@@ -42,11 +47,12 @@ class AppendSignal:
     async def wait(self, timeout_s: float, seen: int | None = None) -> None:
         """Until a notification after ``seen`` (a value of ``seq``; None: after now), at most
         ``timeout_s``."""
-        if self._loop is None:
-            self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # (a store served again in the same process: a new loop)
+            self.bind(loop)
         if seen is not None and seen != self.seq:
             return
-        fut: asyncio.Future[None] = self._loop.create_future()
+        fut: asyncio.Future[None] = loop.create_future()
         self._waiting.append(fut)
         try:
             await asyncio.wait_for(fut, timeout_s)
