@@ -63,12 +63,31 @@ def acked_count(producers: list[Producer]) -> int:
 
 
 def strand_a_tail(c: Client, master, followers) -> None:
-    """Pause every follower and wait until the master holds bytes none of them can have: the
-    producers' puts land on the master alone and wait for a replica that never answers."""
+    """Pause every follower and wait until the master holds bytes none of them can have: puts
+    land on the master alone and wait for a replica that never answers. One put of our own,
+    its route fetched before the pause, makes sure one lands: the producers' own may not in
+    time. Theirs in flight are answered after slaveTimeout (2 s), and one whose route expires
+    then asks a paused member first (up to 5 s); 3 s after the pause the master, hearing from
+    no majority, takes no more writes (2 of 10 runs failed so, before and after 581490c)."""
+    own = Client([master.address], timeout=10, failover_timeout=0)
+    own.route(TOPIC)
     for m in followers:
         os.kill(m.proc.pid, signal.SIGSTOP)
     end = role(c, master).end_offset  # nothing a paused follower holds lies beyond this
-    wait_until(lambda: role(c, master).end_offset > end, timeout=30, what=f"{master.name} to write past its followers")
+
+    def put() -> None:
+        try:
+            own.send_batch(TOPIC, [OutMessage(b"stranded")])  # FLUSH_SLAVE_TIMEOUT: stored on the master alone
+        except StoreError:
+            pass
+
+    sender = threading.Thread(target=put, daemon=True)
+    sender.start()
+    try:
+        wait_until(lambda: role(c, master).end_offset > end, timeout=30, what=f"{master.name} to write past its followers")
+    finally:
+        sender.join(15)
+        own.close()
 
 
 def test_no_acknowledged_message_is_lost_through_master_crashes(groups):

@@ -43,7 +43,7 @@ def deployment_sets_it() -> bool:
 def tune() -> bool:
     """True when both thresholds were set here."""
     if deployment_sets_it():
-        log.info("glibc's malloc thresholds are the deployment's (environment): left as they are")
+        log.debug("glibc's malloc thresholds are the deployment's (environment): left as they are")
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -53,7 +53,7 @@ def tune() -> bool:
     mallopt.restype = ctypes.c_int
     tuned = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     if tuned:
-        log.info("malloc: mmap threshold %d MiB, heap trimmed above %d MiB", MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20)
+        log.debug("malloc: mmap threshold %d MiB, heap trimmed above %d MiB", MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20)
     else:  # (musl's mallopt does nothing; a half-applied glibc one is left as it is)
-        log.info("malloc: this C library did not take the thresholds")
+        log.debug("malloc: this C library did not take the thresholds")
     return tuned
