@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..record import codec
 from ..store.results import GetStatus, PutStatus
 from ..v1 import msgstore_pb2 as pb
+from ..wire.varint import varint
 
 SEND_STATUS = {s: getattr(pb, s.name) for s in PutStatus}
 PULL_STATUS = {s: getattr(pb, s.name) for s in GetStatus}
@@ -35,16 +36,6 @@ def message_to_pb(m: codec.StoredMessage) -> pb.Message:
         store_size=m.store_size,
         body_crc=m.body_crc,
     )
-
-
-def varint(v: int) -> bytes:
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def raw_pull_response(result) -> bytes:

@@ -14,6 +14,7 @@ from ..acl.identity import Denied, NotReady
 from ..broker.system_topics import is_store_topic
 from ..record import codec
 from ..record.selector import Selector, SelectorError, compile_selector
+from ..wire.varint import read_varint
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 10_000
@@ -177,21 +178,6 @@ def explain_decode_error(message_cls, data: bytes) -> str:
     return f"request is not a valid {message_cls.DESCRIPTOR.full_name}"
 
 
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise DecodeError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varint too long")
-
-
 def _find_bad_utf8(desc, buf: memoryview, prefix: str) -> str | None:
     from google.protobuf.descriptor import FieldDescriptor as FD
 
@@ -199,10 +185,10 @@ def _find_bad_utf8(desc, buf: memoryview, prefix: str) -> str | None:
     pos = 0
     try:
         while pos < len(buf):
-            key, pos = _read_varint(buf, pos)
+            key, pos = read_varint(buf, pos)
             number, wire = key >> 3, key & 7
             if wire == 0:
-                _, pos = _read_varint(buf, pos)
+                _, pos = read_varint(buf, pos)
                 continue
             if wire == 1:
                 pos += 8
@@ -212,7 +198,7 @@ def _find_bad_utf8(desc, buf: memoryview, prefix: str) -> str | None:
                 continue
             if wire != 2:
                 return None
-            length, pos = _read_varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             chunk = buf[pos : pos + length]
             pos += length
             field = desc.fields_by_number.get(number)

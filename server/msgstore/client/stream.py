@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 
 from ..v1 import msgstore_pb2 as pb
+from ..wire.varint import varint
 from .errors import StoreError, error_from
 
 METHOD = "/msgstore.v1.MessageStore/SendStream"
@@ -52,18 +53,9 @@ class Part:
     alone: bool = False  # resent after its merged request was refused: not merged again
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def tagged(parts: list[Part], request_id: int) -> bytes:
     """The parts as one SendRequest carrying ``request_id`` (field 4, varint)."""
-    return b"".join(p.data for p in parts) + b"\x20" + _varint(request_id)
+    return b"".join(p.data for p in parts) + b"\x20" + varint(request_id)
 
 
 def refusal(resp: pb.SendResponse, node: str) -> StoreError | None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
 from ..v1 import ha_pb2 as hpb
+from ..wire.varint import read_varint, varint
 
 # MasterChunk's field numbers (ha.proto) this module writes and reads
 _OFFSET, _DATA, _MASTER_END, _SENT_US, _CONFIRM = 1, 2, 3, 7, 8
@@ -16,32 +19,19 @@ _INT_FIELDS = {_OFFSET: "offset", _MASTER_END: "master_end", _SENT_US: "sent_us"
 _VARINT, _LENGTH = 0, 2
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1  # int64 on the wire: negatives as ten bytes, as protobuf does
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def data_chunk(offset: int, data: bytes | memoryview, master_end: int, sent_us: int = 0, confirm_offset: int = 0) -> bytes:
     """A serialized MasterChunk{offset, data, master_end, sent_us, confirm_offset}: what
     ``hpb.MasterChunk(...).SerializeToString()`` gives, with one copy of ``data`` (which may be
     a view of the mapped log)."""
-    parts = [b"\x08", _varint(offset)] if offset else []
+    parts = [b"\x08", varint(offset)] if offset else []
     if len(data):
-        parts += [b"\x12", _varint(len(data)), data]
+        parts += [b"\x12", varint(len(data)), data]
     if master_end:
-        parts += [b"\x18", _varint(master_end)]
+        parts += [b"\x18", varint(master_end)]
     if sent_us:
-        parts += [b"\x38", _varint(sent_us)]
+        parts += [b"\x38", varint(sent_us)]
     if confirm_offset:
-        parts += [b"\x40", _varint(confirm_offset)]
+        parts += [b"\x40", varint(confirm_offset)]
     return b"".join(parts)
 
 
@@ -61,20 +51,6 @@ class DataChunk:
     start_offset: int = 0
 
 
-def _read_varint(raw: bytes, pos: int, max_bytes: int = 10) -> tuple[int, int]:
-    """A varint of at most ``max_bytes`` (10: 64 bits, bits beyond them dropped as protobuf
-    drops them; a field key: 5)."""
-    result = shift = 0
-    for _ in range(max_bytes):
-        b = raw[pos]  # IndexError when truncated
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result & 0xFFFF_FFFF_FFFF_FFFF, pos
-        shift += 7
-    raise ValueError("varint too long")
-
-
 def read_chunk(raw: bytes) -> hpb.MasterChunk | DataChunk:
     """The deserializer of the follower's stream: a DataChunk when ``raw`` holds only the
     fields data_chunk writes, else protobuf's MasterChunk (which also reports bad bytes)."""
@@ -83,19 +59,19 @@ def read_chunk(raw: bytes) -> hpb.MasterChunk | DataChunk:
     pos, end = 0, len(raw)
     try:
         while pos < end:
-            key, pos = _read_varint(raw, pos, 5)
+            key, pos = read_varint(raw, pos, 5)
             field, wire = key >> 3, key & 7
             if field == _DATA and wire == _LENGTH:
-                size, pos = _read_varint(raw, pos)
+                size, pos = read_varint(raw, pos)
                 if pos + size > end:
-                    raise ValueError("truncated data")
+                    raise DecodeError("truncated data")
                 chunk.data = view[pos : pos + size]
                 pos += size
             elif field in _INT_FIELDS and wire == _VARINT:
-                value, pos = _read_varint(raw, pos)
+                value, pos = read_varint(raw, pos)
                 setattr(chunk, _INT_FIELDS[field], value - (1 << 64) if value >> 63 else value)
             else:
                 return hpb.MasterChunk.FromString(raw)
-    except (IndexError, ValueError):
+    except DecodeError:
         return hpb.MasterChunk.FromString(raw)
     return chunk
