@@ -76,11 +76,38 @@ def test_a_long_poll_of_many_queues_is_answered_by_a_send_to_any(server, client)
     call = stub.PullQueues.future(pb.PullQueuesRequest(pulls=[_pull("wide", i, 0) for i in range(64)], timeout_ms=60_000), timeout=70)
     wait_until(lambda: metric(server, "msgstore_long_polls_waiting") >= 64, timeout=10, what="the call parked on every queue")
     assert not call.done()
+    looks = metric(server, "msgstore_pull_latency_seconds_count")  # one per look at a queue
     client.send_batch("wide", [OutMessage(b"late")], queue=qs[50])
     resp = call.result(timeout=10)
     assert [i for i, r in enumerate(resp.results) if r.record_count] == [50]
     assert [m.body for m in Client_decode(resp.results[50])] == [b"late"]
+    assert [r.next_offset for r in resp.results] == [1 if i == 50 else 0 for i in range(64)]
+    # only the queue that had an arrival was looked at again, not all 64
+    assert metric(server, "msgstore_pull_latency_seconds_count") - looks == 1
     wait_until(lambda: metric(server, "msgstore_long_polls_waiting") == 0, timeout=10, what="no waiter left behind")
+
+
+def test_a_long_poll_woken_by_a_queue_still_empty_for_it_waits_on_every_queue(server, client):
+    """An arrival that does not answer the call (a message below the caller's offset on that
+    queue) leaves it parked on every queue: the woken queue's waiter is registered again, the
+    others are left in place, and a later send to another queue still answers."""
+    client.create_topic("rewait", 4)
+    qs = _queues(client, "rewait")
+    stub = pbg.MessageStoreStub(client.channel(server.address))
+    # queue 1 is read from offset 1: its first message wakes the call but is not the caller's
+    pulls = [_pull("rewait", 0, 0), _pull("rewait", 1, 1), _pull("rewait", 2, 0)]
+    call = stub.PullQueues.future(pb.PullQueuesRequest(pulls=pulls, timeout_ms=60_000), timeout=70)
+    wait_until(lambda: metric(server, "msgstore_long_polls_waiting") >= 3, timeout=10, what="the call parked")
+    looks = metric(server, "msgstore_pull_latency_seconds_count")
+    client.send_batch("rewait", [OutMessage(b"first")], queue=qs[1])
+    wait_until(lambda: metric(server, "msgstore_pull_latency_seconds_count") > looks, timeout=10, what="the woken queue looked at")
+    wait_until(lambda: metric(server, "msgstore_long_polls_waiting") >= 3, timeout=10, what="parked again on every queue")
+    assert not call.done()
+    client.send_batch("rewait", [OutMessage(b"second")], queue=qs[2])
+    resp = call.result(timeout=10)
+    assert [r.record_count for r in resp.results] == [0, 0, 1]
+    assert [r.next_offset for r in resp.results] == [0, 1, 1]
+    assert [m.body for m in Client_decode(resp.results[2])] == [b"second"]
 
 
 @pytest.mark.parametrize(

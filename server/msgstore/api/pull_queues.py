@@ -90,36 +90,56 @@ class PullQueuesHandlers:
         budget = v.check_range(request.max_bytes, "max_bytes", 0, MAX_CALL_BYTES) or v.DEFAULT_PULL_BYTES
         deadline = time.monotonic() + timeout
         waiters = self.server.waiters
-        while True:
-            futures = [waiters.register(p[0], p[1]) for p in pulls] if timeout > 0 else []
-            try:
-                answers, ready = self._read_all(pulls, budget)
+        looks: list = [None] * len(pulls)  # each queue's last look (its response)
+        stale: list[int] = list(range(len(pulls)))  # the queues to look at (again)
+        futures: dict[int, asyncio.Future] = {}
+        try:
+            while True:
+                if timeout > 0:  # registered before the look: an arrival after it is not missed
+                    for i in stale:
+                        futures[i] = waiters.register(pulls[i][0], pulls[i][1])
+                ready = self._look(pulls, stale, looks, budget)
                 left = deadline - time.monotonic()
                 if ready or left <= 0 or not futures or self.server.stopping:
-                    return b"".join(answers)
-                woken, _ = await asyncio.wait(futures, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                if not woken:
-                    return b"".join(answers)
-            finally:
-                for p, fut in zip(pulls, futures):
-                    waiters.unregister(p[0], p[1], fut)
-            if context is not None and context.cancelled():
-                return b"".join(answers)
+                    return self._framed(pulls, looks)
+                await asyncio.wait(futures.values(), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                # Only the queues that had arrivals are looked at again: the others' futures
+                # are still pending, so nothing came since their look, and it stands. A
+                # consumer of an 8-queue topic woken by one batch otherwise paid eight reads.
+                stale = [i for i, fut in futures.items() if fut.done()]
+                if not stale:  # (the timeout)
+                    return self._framed(pulls, looks)
+                for i in stale:
+                    waiters.unregister(pulls[i][0], pulls[i][1], futures.pop(i))
+                if context is not None and context.cancelled():
+                    return self._framed(pulls, looks)
+        finally:
+            for i, fut in futures.items():
+                waiters.unregister(pulls[i][0], pulls[i][1], fut)
 
-    def _read_all(self, pulls: list, budget: int) -> tuple[list[bytes], bool]:
-        """Each queue's answer (framed as a results entry: its head, then its bytes), and whether the call should answer
-        now: a queue has messages, or says something other than "nothing yet" (a bad offset)."""
-        answers: list[bytes] = []
+    def _look(self, pulls: list, which: list[int], looks: list, budget: int) -> bool:
+        """Look at the queues ``which`` (in order) into ``looks``; whether the call should answer
+        now: a queue has messages, or says something other than "nothing yet" (a bad offset).
+        The byte budget goes to earlier queues first; the queues not looked at again found
+        nothing, so took none of it."""
         ready = False
-        for topic, qid, offset, max_msgs, max_bytes, tag_filter, raw, group in pulls:
+        for i in which:
+            topic, qid, offset, max_msgs, max_bytes, tag_filter, raw, _group = pulls[i]
             if budget <= 0:  # the rest wait for the next call, their offsets unchanged
-                skipped = pb.PullResponse(next_offset=offset).SerializeToString()
-                answers += (_RESULT + varint(len(skipped)), skipped)
+                looks[i] = pb.PullResponse(next_offset=offset)
                 continue
             outcome = self._read_queue(topic, qid, offset, max_msgs, min(max_bytes, budget), tag_filter, raw)  # type: ignore[attr-defined]
             budget -= outcome.size
             ready = ready or settled(outcome.status, outcome.count, offset, outcome.next_offset)
-            response = self._with_generation(group, outcome.response)  # type: ignore[attr-defined]
+            looks[i] = outcome.response
+        return ready
+
+    def _framed(self, pulls: list, looks: list) -> bytes:
+        """The PullQueuesResponse: each queue's answer framed as a results entry, in order,
+        with its group's generation as of now."""
+        parts: list[bytes] = []
+        for p, look in zip(pulls, looks):
+            response = self._with_generation(p[7], look)  # type: ignore[attr-defined]
             data = response if isinstance(response, bytes) else response.SerializeToString()
-            answers += (_RESULT + varint(len(data)), data)  # (joined once, by the caller)
-        return answers, ready
+            parts += (_RESULT + varint(len(data)), data)
+        return b"".join(parts)
