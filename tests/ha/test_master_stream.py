@@ -39,8 +39,7 @@ async def test_an_append_made_while_a_chunk_is_written_is_sent_without_waiting_f
             chunk = hpb.MasterChunk.FromString(chunk)
         if append_during and chunk.state and not chunk.data:
             body = append_during.pop()
-            assert store.put_message(Message("t", body.encode())).ok
-            replica.signal.notify()  # what the servicer does after its append
+            assert store.put_message(Message("t", body.encode())).ok  # (the store announces it)
         await asyncio.sleep(0)  # a write yields to the loop
         chunks.put_nowait(chunk)
 
@@ -178,3 +177,72 @@ def test_a_signal_waited_on_from_a_second_loop_follows_it():
     asyncio.run(round_trip())
     asyncio.run(round_trip())  # a new loop: before, the wait made its future on the closed one
     assert signal.seq == 2
+
+
+@pytest.mark.asyncio
+async def test_an_append_made_in_another_thread_is_sent_without_its_caller_announcing_it(make_store, monkeypatch):
+    """The store announces every append where it is stored (MessageStore.append_listeners), so
+    a writer that does not announce its own (the broker services' deliveries, pop checkpoints,
+    transactions, in their threads) is still sent at once. Each such caller used to have to
+    notify the stream itself; one that did not was sent only at the keepalive (here a minute)."""
+    import threading
+
+    monkeypatch.setattr(master, "KEEPALIVE_S", 60.0)
+    store = make_store()
+    replica = Replica(store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=lambda a: None, call_metadata=tuple)
+    replica.signal.bind(asyncio.get_running_loop())  # (what Replica.start does)
+    follower_gone = asyncio.Event()
+
+    async def reports():
+        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
+        await follower_gone.wait()
+
+    chunks: asyncio.Queue = asyncio.Queue()
+
+    async def write(chunk) -> None:
+        chunks.put_nowait(hpb.MasterChunk.FromString(chunk) if isinstance(chunk, bytes) else chunk)
+
+    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
+    try:
+        hello = await asyncio.wait_for(chunks.get(), 10)
+        assert hello.state and not hello.data
+        # a moment later, with the stream asleep until its keepalive
+        thread = threading.Timer(0.1, lambda: store.put_messages("t", 0, [Message("t", b"from a broker thread")]))
+        thread.start()
+        data = await asyncio.wait_for(chunks.get(), 10)
+        thread.join()
+        assert b"from a broker thread" in data.data and len(data.data) == store.commitlog.max_offset
+    finally:
+        follower_gone.set()
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)
+        await replica.stop()
+    assert replica.signal.notify not in store.append_listeners  # a stopped replica is no longer told
+
+
+@pytest.mark.asyncio
+async def test_notifications_from_another_thread_share_one_hand_off_to_the_loop():
+    """A broker round appends its deliveries one by one: each is announced, but while one
+    hand-off to the loop is pending the rest ride on it (one self-pipe write, one wake-up),
+    and none is lost: the pending one runs after them. The next notification hands off again."""
+    import threading
+
+    from msgstore.ha.signal import AppendSignal
+
+    signal = AppendSignal()
+    signal.bind(asyncio.get_running_loop())
+    seen = signal.seq
+    waiting = asyncio.ensure_future(signal.wait(30, seen))
+    await asyncio.sleep(0)
+    thread = threading.Thread(target=lambda: [signal.notify() for _ in range(100)])
+    thread.start()
+    thread.join()  # (the loop runs nothing meanwhile: all 100 were made before any hand-off ran)
+    await asyncio.wait_for(waiting, 10)
+    assert signal.seq == seen + 1  # one notification on the loop for the hundred
+    again = asyncio.ensure_future(signal.wait(30, signal.seq))
+    await asyncio.sleep(0)
+    thread = threading.Thread(target=signal.notify)
+    thread.start()
+    thread.join()
+    await asyncio.wait_for(again, 10)
+    assert signal.seq == seen + 2

@@ -380,7 +380,7 @@ class Member:
             return
         if self.roles is not None:
             loop.create_task(self._follow_roles())
-        self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_wrote, self._broker_delivers)
+        self.broker = BrokerServices(self.store, self._broker_master, self._group_name, self._broker_delivers)
         self.check_listeners = CheckListeners(loop)
         self.broker.pop.on_queue_change = lambda topic, queue_id: self.waiters.on_arrival(topic, queue_id, 0)  # FIFO: a group may go on
         self.broker.check_back = lambda group, half, message: self.check_listeners.from_thread(self._group_name(), group, half, message)
@@ -416,12 +416,6 @@ class Member:
         names this node."""
         r = self.replica
         return r is None or (r.is_master and not r.ack_refusal())
-
-    def _broker_wrote(self) -> None:
-        """The broker services (from their thread) or a pop call (after its worker thread) put
-        messages: followers' streams send them now, not at the next keepalive."""
-        if self.replica is not None:
-            self.replica.signal.notify()
 
     def _group_name(self) -> str:
         """What receipts and recall handles name: the replica group (a lone node's name)."""

@@ -124,8 +124,6 @@ class PopHandlers:
                     )
                 except PopUnavailable as e:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing received: {e}")
-                if got:
-                    server._broker_wrote()  # their checkpoints, in the log: followers get them now
                 left = deadline - time.monotonic()
                 if got or left <= 0 or server.stopping:
                     return pb.ReceiveResponse(messages=[_received(d) for d in got], node=server.node_name)
@@ -152,7 +150,6 @@ class PopHandlers:
                 done = await asyncio.get_running_loop().run_in_executor(self.server.executor, self.server.broker.pop.ack, receipts)  # type: ignore[union-attr]
             except PopUnavailable as e:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"nothing acknowledged: {e}")
-            self.server._broker_wrote()  # the acks, in the log: followers get them now
         answers = iter(done)
         errors = [f"receipt_handle: {r}" if isinstance(r, str) else next(answers) for r in each]
         return pb.AckResponse(
@@ -183,7 +180,6 @@ class PopHandlers:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"receipt_handle: {e}")
         except PopUnavailable as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"invisibility not changed: {e}")
-        self.server._broker_wrote()  # the new checkpoint, in the log: followers get it now
         broker.wakeup()  # (its new time may be the earliest)
         return pb.ChangeInvisibleResponse(receipt_handle=handle, invisible_until_ms=until)
 

@@ -166,7 +166,6 @@ class RecallHandlers:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the recall could not be stored: {e}")
         replica = self.server.replica
         if replica is not None and replica.waits_for_followers:  # SYNC: a failover must not forget the recall
-            replica.signal.notify()
             status = await replica.await_followers(res.phy_offset + sum(res.sizes))
             if status is not PutStatus.PUT_OK:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"the recall is stored but not yet on enough members ({status.name})")

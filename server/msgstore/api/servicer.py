@@ -262,8 +262,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         outcomes = self._append_groups(groups, defer_flush=sync)
         replicate = False
         if replica is not None and any(res.status.stored for _, res in outcomes):
-            replica.signal.notify()  # followers' streams send it now
-            replicate = replica.waits_for_followers
+            replicate = replica.waits_for_followers  # (the store announced the appends to followers' streams)
         return Accepted(groups, outcomes, n, request_id, sync, visible, t0, replicate, handles)
 
     async def _complete(self, a: Accepted) -> bytes | pb.SendResponse:

@@ -53,7 +53,6 @@ class TransactionHandlers:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the commit is recorded but {e}")
         except TransactionUnavailable as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the transaction did not end: {e}")
-        server._broker_wrote()
         return pb.EndTransactionResponse()
 
     async def TransactionChecks(self, request: pb.TransactionChecksRequest, context):

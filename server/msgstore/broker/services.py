@@ -40,14 +40,11 @@ class BrokerServices:
         store: MessageStore,
         is_master: Callable[[], bool] = lambda: True,
         node: Callable[[], str] = lambda: "",
-        wrote: Callable[[], None] = lambda: None,
         may_write: Callable[[], bool] = lambda: True,
     ):
         """``is_master``: the state is loaded while true; ``may_write``: due messages are put
         only while true (a master that may not acknowledge client writes puts none either);
-        ``node``: the replica group (or lone node) that receipts and recall handles name;
-        ``wrote``: told after a round that may have put messages (replication sends them)."""
-        self.wrote = wrote
+        ``node``: the replica group (or lone node) that receipts and recall handles name."""
         self.may_write = may_write
         self.store = store
         self.is_master = is_master
@@ -126,13 +123,10 @@ class BrokerServices:
                         log.info("delay levels and timer deliver on this node (its group's master)")
                     if self.may_write():
                         now = clock.now_ms()
-                        end = self.store.commitlog.max_offset
                         checks, check_wait = self.transactions.due_checks(now)
                         for half, message in checks:
                             self.check_back(half.group, half, message)
                         due = (self.levels.run_due(now), self.timer.run_due(now), self.pop.run_due(now), check_wait)
-                        if self.store.commitlog.max_offset != end:  # (not every round: each is a hop to the loop)
-                            self.wrote()
                         waits = [w for w in due if w is not None]
                         if waits:
                             wait_s = min(wait_s, max(0.0, min(waits) / 1000))

@@ -93,6 +93,9 @@ class Replica:
         self.tracker.changed.append(self._state_changed)
         self.tracker.progressed = self._progressed
         self.signal = AppendSignal()
+        # every append, whoever makes it (a client's put, the broker services' deliveries,
+        # pop checkpoints, transactions): announced where it is stored, not by each caller
+        store.append_listeners.append(self.signal.notify)
         self.gate = WriteGate()
         self.follower: Follower | None = None
         self.group_epoch = self.epoch  # the newest epoch of the group this member knows of
@@ -201,6 +204,8 @@ class Replica:
                 pass
             self._housekeeping = None
         await self._stop_following()
+        if self.signal.notify in self.store.append_listeners:
+            self.store.append_listeners.remove(self.signal.notify)
 
     async def _stop_following(self) -> None:
         if self.follower is not None:

@@ -1,6 +1,7 @@
 """Wake the tasks streaming the commit log to followers when it grows. They wait on the event
-loop; appends are announced from it (client puts) and from other threads (the broker services'
-deliveries, pop checkpoints written in worker threads)."""
+loop; the store announces every append where it is made (MessageStore.append_listeners): on the
+loop (client puts) and in other threads (the broker services' deliveries, pop checkpoints and
+transactions written in worker threads)."""
 
 from __future__ import annotations
 
@@ -17,32 +18,44 @@ class AppendSignal:
 
     A notification from another thread is passed to the loop (``call_soon_threadsafe``): done
     there, it did not wake a loop asleep in its selector, raced the waiters' own bookkeeping, and
-    could fail setting a future the loop had just cancelled."""
+    could fail setting a future the loop had just cancelled. Such hand-offs are coalesced: one
+    pending is enough for any number of appends made before it runs (a broker round delivering
+    many messages, each appended on its own, would otherwise write the loop's self-pipe for
+    each)."""
 
     def __init__(self) -> None:
         self._waiting: list[asyncio.Future[None]] = []
         self.seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' (bind, or the first wait)
         self._loop_thread = 0
+        self._handed_off = False  # a notification from another thread is on its way to the loop
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the waiters run on, and its thread (before any thread may notify: a
         notification that found no loop yet ran where it was made)."""
         self._loop, self._loop_thread = loop, threading.get_ident()
+        self._handed_off = False  # (a hand-off to a former loop never runs)
 
     def notify(self) -> None:
         loop = self._loop
         if loop is not None and threading.get_ident() != self._loop_thread:
+            if self._handed_off:  # (cleared on the loop before it notifies: it runs after this append)
+                return
+            self._handed_off = True
             try:
-                loop.call_soon_threadsafe(self.notify)
+                loop.call_soon_threadsafe(self._handed)
             except RuntimeError:  # the loop is closed: nobody waits any more
-                pass
+                self._handed_off = False
             return
         self.seq += 1
         waiting, self._waiting = self._waiting, []
         for fut in waiting:
             if not fut.done():
                 fut.set_result(None)
+
+    def _handed(self) -> None:
+        self._handed_off = False
+        self.notify()
 
     async def wait(self, timeout_s: float, seen: int | None = None) -> None:
         """Until a notification after ``seen`` (a value of ``seq``; None: after now), at most

@@ -164,6 +164,9 @@ class MessageStore:
         self.queues: QueueTable = None  # type: ignore[assignment]
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0, "bad_units": 0}
         self.flush_observers: list[FlushObserver] = []
+        # told after every append that stored records (replication's streams send them now);
+        # called in the appending thread, outside the store's locks: they must be cheap
+        self.append_listeners: list[Callable[[], None]] = []
 
     def settings(self) -> StoreConfig:
         """The configuration in effect now (services read it on every cycle: hot keys apply)."""
@@ -925,6 +928,8 @@ class MessageStore:
         if result.status.stored:
             self.stats["put_messages"] += len(batch)
             self.stats["put_bytes"] += batch.total
+            for listener in self.append_listeners:
+                listener()
         else:
             self.stats["put_failures"] += 1
         return result

@@ -605,7 +605,6 @@ class MessagingService:
                 raise Refusal(d.INVALID_RECEIPT_HANDLE, f"receipt_handle: {e}") from None
             except PopUnavailable as e:
                 raise Refusal(d.INTERNAL_SERVER_ERROR, f"not set aside: {e}") from None
-            self.server._broker_wrote()  # the copy in the dead-letter queue: followers get it now
         self.renewals.release(request.receipt_handle)
         return s.ForwardMessageToDeadLetterQueueResponse(status=status())
 
