@@ -1,7 +1,9 @@
 """Latency at a fixed offered load (issue 30): send-to-ack and produce-to-consume, p50/p99/p99.9,
 1 KiB messages offered at 5,000 and 50,000 msg/s for 10 s (``BENCH_SCALE`` shortens it), beside
 Redis Streams (XADD, XREAD BLOCK) and NATS JetStream (publish with ack, a push consumer) on the
-same machine in the same run, and RocketMQ's official Python producer against msgstore.
+same machine in the same run, and RocketMQ's official Python producer against msgstore. A
+floor row sends the same requests on the client's send stream to a gRPC server that stores
+nothing (echo_stream.py): what of msgstore's send-to-ack is the Python gRPC round trip itself.
 
 The producer is open-loop: every millisecond it offers the messages due by then, each stamped
 with the time it *should* have been sent, and latencies are measured from that time, so a
@@ -25,7 +27,11 @@ import statistics
 import struct
 import time
 
+import grpc
+
 from msgstore.client import AsyncClient, Client, OutMessage
+from msgstore.client.client import encode_send
+from msgstore.client.stream import AsyncSendStream
 from tests.support.servers import ServerProcess
 
 from . import peers
@@ -39,6 +45,7 @@ TICK_S = 0.001
 BACKLOG_S = 2.0  # unacknowledged messages, in seconds of offered load, at which a system has fallen behind
 GRACE_S = 10.0  # beyond DURATION_S, to offer what is left, then again to answer
 BODY = 1024
+ECHO = "floor: gRPC echo, no store (AsyncSendStream)"
 STAMP = struct.Struct(">d")  # the intended send time, time.time()
 
 
@@ -216,6 +223,31 @@ def msgstore_run(address: str, rate: int, topic: str) -> tuple[list[float], list
     return _with_consumer(_msgstore_consumer, (address, topic, total), produce)
 
 
+def echo_run(port: int, rate: int) -> tuple[list[float], list[float], float]:
+    """The floor under msgstore's send-to-ack row: the same requests on the client's own send
+    stream (AsyncSendStream, as AsyncClient uses it) to a gRPC server that stores nothing and
+    answers each at once (echo_stream.py). What the Python gRPC round trip alone costs at this
+    rate on this machine; no consumer (produce-to-consume is not measured)."""
+
+    async def produce() -> tuple[list[float], float]:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        stream = AsyncSendStream(channel, "echo")
+        try:
+            await stream.send(encode_send("echo", 0, [OutMessage(b"warm")], None), 0, (), 30)
+
+            async def tick(times: list[float]) -> list[float]:
+                await stream.send(encode_send("echo", 0, [OutMessage(body_at(t)) for t in times], None), 0, (), 30)
+                now = time.time()
+                return [now] * len(times)
+
+            return await open_loop(rate, tick)
+        finally:
+            await channel.close()
+
+    acks, reached = asyncio.run(produce())
+    return acks, [], reached
+
+
 def official_run(address: str, rate: int, topic: str) -> tuple[list[float], list[float], float]:
     """RocketMQ's official producer: one send_async per message, 64 in flight at most."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
@@ -325,13 +357,14 @@ def run(workdir: str) -> list[Measure]:
     node.settings = []
     node.start()
     try:
-        with peers.redis_server(workdir) as rd, peers.nats_server(workdir) as ns:
+        with peers.redis_server(workdir) as rd, peers.nats_server(workdir) as ns, peers.echo_stream() as echo:
             for rate in RATES:
                 systems = {
                     "msgstore (AsyncClient)": lambda r, k: msgstore_run(node.address, r, f"lat-{r}-{k}"),
                     "msgstore (official RocketMQ producer)": lambda r, k: official_run(node.address, r, f"latrmq-{r}-{k}"),
                     "Redis Streams": lambda r, k: redis_run(rd.port, r, f"lat-{r}-{k}"),
                     "NATS JetStream": lambda r, k: nats_run(ns.port, r, f"lat{r}r{k}"),
+                    ECHO: lambda r, k: echo_run(echo.port, r),
                 }
                 rounds: dict[str, list[tuple[dict, dict, float]]] = {}
                 for k in range(ROUNDS):
@@ -355,6 +388,8 @@ def run(workdir: str) -> list[Measure]:
                     row: dict = {"reached": reached, "kept_up": kept, "rounds": len(got)}
                     note = "" if kept else f"could not keep up: reached {reached:,.0f}/s"
                     for kind, i in (("send-to-ack", 0), ("produce-to-consume", 1)):
+                        if name == ECHO and i == 1:  # (no consumer)
+                            continue
                         key = kind.replace("-", "_")
                         row[key] = {q: statistics.median(g[i][q] for g in got) for q in ("p50", "p99", "p99.9")}
                         row[key + "_by_round"] = [g[i] for g in got]
@@ -380,7 +415,8 @@ def _plot(rows: dict[str, dict]) -> None:
     for ax, kind in zip(axes, ("send_to_ack", "produce_to_consume")):
         y = range(len(names))
         for i, (q, color) in enumerate((("p50", "#4c72b0"), ("p99", "#dd8452"), ("p99.9", "#c44e52"))):
-            ax.barh([k + i * 0.27 for k in y], [rows[n][kind][q] for n in names], height=0.27, color=color, label=q)
+            widths = [rows[n][kind][q] if kind in rows[n] else float("nan") for n in names]
+            ax.barh([k + i * 0.27 for k in y], widths, height=0.27, color=color, label=q)
         ax.set_xscale("log")
         ax.set_title(kind.replace("_", " ") + " (ms, log scale)")
         ax.set_yticks([k + 0.27 for k in y])
