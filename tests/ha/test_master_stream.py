@@ -246,3 +246,32 @@ async def test_notifications_from_another_thread_share_one_hand_off_to_the_loop(
     thread.join()
     await asyncio.wait_for(again, 10)
     assert signal.seq == seen + 2
+
+
+def test_a_hand_off_to_a_former_loop_does_not_hold_back_the_next_loops():
+    """A notification handed to a loop that then stops (its callbacks never run) must not keep
+    later notifications from other threads from reaching the loop bound since: the pending
+    hand-off names its loop."""
+    import threading
+
+    from msgstore.ha.signal import AppendSignal
+
+    signal = AppendSignal()
+    former = asyncio.new_event_loop()
+    try:
+        signal.bind(former)  # (as if bound on a loop that has stopped for good)
+        thread = threading.Thread(target=signal.notify)  # handed to the former loop: never runs
+        thread.start()
+        thread.join()
+
+        async def woken_from_a_thread() -> None:
+            waiting = asyncio.ensure_future(signal.wait(30, signal.seq))  # binds this loop
+            await asyncio.sleep(0)
+            notifier = threading.Timer(0.05, signal.notify)
+            notifier.start()
+            await asyncio.wait_for(waiting, 10)
+            notifier.join()
+
+        asyncio.run(woken_from_a_thread())
+    finally:
+        former.close()

@@ -93,9 +93,7 @@ class Replica:
         self.tracker.changed.append(self._state_changed)
         self.tracker.progressed = self._progressed
         self.signal = AppendSignal()
-        # every append, whoever makes it (a client's put, the broker services' deliveries,
-        # pop checkpoints, transactions): announced where it is stored, not by each caller
-        store.append_listeners.append(self.signal.notify)
+        self._listen()
         self.gate = WriteGate()
         self.follower: Follower | None = None
         self.group_epoch = self.epoch  # the newest epoch of the group this member knows of
@@ -181,6 +179,7 @@ class Replica:
         """Take the configured role (the store has recovered)."""
         if _loop_running():  # before the broker services' thread can announce an append
             self.signal.bind(asyncio.get_running_loop())
+        self._listen()  # (again, after a stop)
         if self.is_master:
             self.store.follower = False
             if self.epochs.last is None:
@@ -196,6 +195,8 @@ class Replica:
             log.info("%s is a follower in %s, waiting to be told its master's address", self.node, self.group)
 
     async def stop(self) -> None:
+        if self.signal.notify in self.store.append_listeners:
+            self.store.append_listeners.remove(self.signal.notify)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             try:
@@ -204,8 +205,13 @@ class Replica:
                 pass
             self._housekeeping = None
         await self._stop_following()
-        if self.signal.notify in self.store.append_listeners:
-            self.store.append_listeners.remove(self.signal.notify)
+
+    def _listen(self) -> None:
+        """Every append, whoever makes it (a client's put, the broker services' deliveries, pop
+        checkpoints, transactions), is announced to the followers' streams where it is stored,
+        not by each caller. Once per replica, however often it is started."""
+        if self.signal.notify not in self.store.append_listeners:
+            self.store.append_listeners.append(self.signal.notify)
 
     async def _stop_following(self) -> None:
         if self.follower is not None:

@@ -28,24 +28,26 @@ class AppendSignal:
         self.seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' (bind, or the first wait)
         self._loop_thread = 0
-        self._handed_off = False  # a notification from another thread is on its way to the loop
+        self._handed_off: asyncio.AbstractEventLoop | None = None  # the loop a hand-off is on its way to
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the waiters run on, and its thread (before any thread may notify: a
         notification that found no loop yet ran where it was made)."""
         self._loop, self._loop_thread = loop, threading.get_ident()
-        self._handed_off = False  # (a hand-off to a former loop never runs)
 
     def notify(self) -> None:
         loop = self._loop
         if loop is not None and threading.get_ident() != self._loop_thread:
-            if self._handed_off:  # (cleared on the loop before it notifies: it runs after this append)
+            # one pending is enough: it is cleared on the loop before that notifies, so it runs
+            # after this append. Named by its loop: one sent to a former loop (stopped, its
+            # callbacks never run) must not hold back hand-offs to the loop bound now.
+            if self._handed_off is loop:
                 return
-            self._handed_off = True
+            self._handed_off = loop
             try:
                 loop.call_soon_threadsafe(self._handed)
             except RuntimeError:  # the loop is closed: nobody waits any more
-                self._handed_off = False
+                self._handed_off = None
             return
         self.seq += 1
         waiting, self._waiting = self._waiting, []
@@ -54,7 +56,7 @@ class AppendSignal:
                 fut.set_result(None)
 
     def _handed(self) -> None:
-        self._handed_off = False
+        self._handed_off = None
         self.notify()
 
     async def wait(self, timeout_s: float, seen: int | None = None) -> None:
