@@ -106,6 +106,23 @@ def test_sync_puts_say_when_followers_do_not_confirm(groups):
     assert c.send("s", b"alone").status == "SLAVE_NOT_AVAILABLE"
 
 
+def test_a_sync_master_with_a_write_buffer_acknowledges_without_waiting_for_its_commit_pace(groups):
+    """transientStorePoolEnable: appends sit in a write buffer, and followers read only what is
+    committed. With the committer paced at a minute, a SYNC put waited for that pace and timed
+    out (FLUSH_SLAVE_TIMEOUT); it now has the buffer committed at once. (With the default
+    pacing every put took a second: the commit was not announced to the followers' streams,
+    which learnt of it at their 1 s keepalive; that announcement is tested on the store,
+    tests/store/test_store_io.py.)"""
+    paced = ["transientStorePoolEnable=true", "commitIntervalCommitLog=60000", "commitCommitLogThoroughInterval=60000"]
+    g = groups(2, master=["brokerRole=SYNC_MASTER", "inSyncReplicas=2", "slaveTimeout=800", *paced])
+    master, follower = g.members
+    c = g.client()
+    wait_until(lambda: connected(c, follower), what="the follower to connect")
+    wait_until(lambda: c.send("wb", b"first").status == "PUT_OK", timeout=20, what="a first acknowledged put")
+    assert [c.send("wb", b"m%d" % i).status for i in range(5)] == ["PUT_OK"] * 5
+    caught_up(c, follower, master)
+
+
 def test_too_few_in_sync_replicas_store_nothing(groups):
     g = groups(2, master=["brokerRole=SYNC_MASTER", "inSyncReplicas=3", "slaveTimeout=500"])
     c = g.client()

@@ -406,6 +406,27 @@ def test_write_buffer_mode_commits_then_serves(make_store):
     assert s2.max_offset("T", 0) == 200
 
 
+def test_a_write_buffer_is_committed_on_request_and_each_commit_announced(make_store):
+    """Readers of the log's bytes (a master's follower streams) see buffered appends only once
+    committed: the store tells its append listeners after the commit too, not only after the
+    append, and commit_soon commits at once whatever the pacing (here a minute). A SYNC
+    master's acknowledgements waited up to a second for both."""
+    import threading
+
+    s = make_store(transientStorePoolEnable=True, commitIntervalCommitLog=60_000, commitCommitLogThoroughInterval=60_000)
+    told = threading.Semaphore(0)
+    s.append_listeners.append(told.release)
+    before = s.commitlog.max_offset
+    assert s.put_message(_msg(body=b"buffered")).ok
+    assert told.acquire(timeout=10)  # the append
+    with s.commitlog.raw(before, 1 << 20) as view:
+        assert view is not None and len(view) == 0  # not readable yet: in the buffer
+    s.commit_soon()
+    assert told.acquire(timeout=10)  # the commit
+    with s.commitlog.raw(before, 1 << 20) as view:
+        assert view is not None and b"buffered" in bytes(view)
+
+
 def test_write_buffer_requires_async_flush(make_store):
     from msgstore.store import ConfigError
 

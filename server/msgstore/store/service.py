@@ -98,12 +98,19 @@ class PacedService(ServiceThread):
         self.work = work
         self.pacing = pacing
         self._last_thorough = time.monotonic()
+        self._hurried = False
+
+    def hurry(self) -> None:
+        """A full pass now, whatever the pacing (set before the wake-up: the pass that follows sees it)."""
+        self._hurried = True
+        self.wakeup()
 
     def cycle(self) -> None:
         interval_ms, least_pages, thorough_ms = self.pacing()
         self.wait(interval_ms / 1000)
         now = time.monotonic()
-        if now - self._last_thorough >= thorough_ms / 1000:
+        if self._hurried or now - self._last_thorough >= thorough_ms / 1000:
+            self._hurried = False
             self._last_thorough = now
             least_pages = 0
         self.work(least_pages)

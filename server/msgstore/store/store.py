@@ -164,8 +164,9 @@ class MessageStore:
         self.queues: QueueTable = None  # type: ignore[assignment]
         self.stats = {"put_messages": 0, "put_bytes": 0, "get_messages": 0, "put_failures": 0, "bad_units": 0}
         self.flush_observers: list[FlushObserver] = []
-        # told after every append that stored records (replication's streams send them now);
-        # called in the appending thread, outside the store's locks: they must be cheap
+        # told when records become readable (replication's streams send them now): after
+        # every append that stored some, and, with a write buffer, after every commit that
+        # moved the log's readable end; called in that thread, outside the store's locks
         self.append_listeners: list[Callable[[], None]] = []
 
     def settings(self) -> StoreConfig:
@@ -441,6 +442,20 @@ class MessageStore:
             self.dispatcher.wakeup()
             if self.flusher is not None:
                 self.flusher.wakeup()
+            self._announce()  # with a write buffer, only a commit makes an append readable
+
+    def _announce(self) -> None:
+        for listener in self.append_listeners:
+            listener()
+
+    def commit_soon(self) -> None:
+        """With a write buffer (transientStorePoolEnable): commit all of it now rather than at
+        the committer's pace (every ``commitIntervalCommitLog`` ms, once ``commitCommitLogLeastPages``
+        are dirty or ``commitCommitLogThoroughInterval`` has passed). A SYNC master's followers
+        read only committed bytes, so its acknowledgements waited for that pace: up to the
+        thorough interval, 200 ms by default, per small send."""
+        if self.committer is not None:
+            self.committer.hurry()
 
     def _flush_consume_queues(self, least_pages: int) -> None:
         """Flush the queues written since the last pass; every ``queueStateInterval`` (when any
@@ -928,8 +943,7 @@ class MessageStore:
         if result.status.stored:
             self.stats["put_messages"] += len(batch)
             self.stats["put_bytes"] += batch.total
-            for listener in self.append_listeners:
-                listener()
+            self._announce()
         else:
             self.stats["put_failures"] += 1
         return result
