@@ -417,11 +417,12 @@ def test_a_write_buffer_is_committed_on_request_and_each_commit_announced(make_s
     told = threading.Semaphore(0)
     s.append_listeners.append(told.release)
     before = s.commitlog.max_offset
-    assert s.put_message(_msg(body=b"buffered")).ok
+    r = s.put_message(_msg(body=b"buffered"))
+    assert r.ok
     assert told.acquire(timeout=10)  # the append
     with s.commitlog.raw(before, 1 << 20) as view:
         assert view is not None and len(view) == 0  # not readable yet: in the buffer
-    s.commit_soon()
+    s.commit_soon(r.phy_offset + r.wrote_bytes)
     assert told.acquire(timeout=10)  # the commit
     with s.commitlog.raw(before, 1 << 20) as view:
         assert view is not None and b"buffered" in bytes(view)

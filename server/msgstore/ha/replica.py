@@ -544,8 +544,7 @@ class Replica:
         """A SYNC put's status once stored on the master up to ``end``."""
         if not self.tracker.links:
             return PutStatus.SLAVE_NOT_AVAILABLE
-        if end > self.store.commitlog.max_offset:  # in a write buffer: followers see it once committed
-            self.store.commit_soon()
+        self.store.commit_soon(end)  # (in a write buffer, followers see it once committed)
         ok = await self.tracker.wait(end, self.needed_followers(), self.store.config.slaveTimeout / 1000)
         return PutStatus.PUT_OK if ok else PutStatus.FLUSH_SLAVE_TIMEOUT
 

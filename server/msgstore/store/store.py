@@ -448,13 +448,16 @@ class MessageStore:
         for listener in self.append_listeners:
             listener()
 
-    def commit_soon(self) -> None:
-        """With a write buffer (transientStorePoolEnable): commit all of it now rather than at
-        the committer's pace (every ``commitIntervalCommitLog`` ms, once ``commitCommitLogLeastPages``
-        are dirty or ``commitCommitLogThoroughInterval`` has passed). A SYNC master's followers
-        read only committed bytes, so its acknowledgements waited for that pace: up to the
-        thorough interval, 200 ms by default, per small send."""
-        if self.committer is not None:
+    def commit_soon(self, end: int) -> None:
+        """With a write buffer (transientStorePoolEnable): commit it now, up to ``end`` at least,
+        rather than at the committer's pace (every ``commitIntervalCommitLog`` ms, once
+        ``commitCommitLogLeastPages`` are dirty or ``commitCommitLogThoroughInterval`` has
+        passed). A SYNC master's followers read only committed bytes, so its acknowledgements
+        waited for that pace: up to the thorough interval, 200 ms by default, per small send.
+        Judged by where the committer has got to, not by the log's readable end: that is past
+        ``end`` once a later append rolled to a segment of its own, while ``end``'s segment may
+        still wait in its buffer."""
+        if self.committer is not None and end > self.commitlog.segments.committed_where:
             self.committer.hurry()
 
     def _flush_consume_queues(self, least_pages: int) -> None:
