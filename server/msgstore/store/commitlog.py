@@ -143,6 +143,11 @@ class CommitLog:
     def flushed_offset(self) -> int:
         return self.segments.flushed_where
 
+    @property
+    def committed_offset(self) -> int:
+        """Where the write-buffer committer has got to (transientStorePoolEnable)."""
+        return self.segments.committed_where
+
     # ------------------------------------------------------------------ writing
 
     def append(

@@ -457,7 +457,7 @@ class MessageStore:
         Judged by where the committer has got to, not by the log's readable end: that is past
         ``end`` once a later append rolled to a segment of its own, while ``end``'s segment may
         still wait in its buffer."""
-        if self.committer is not None and end > self.commitlog.segments.committed_where:
+        if self.committer is not None and end > self.commitlog.committed_offset:
             self.committer.hurry()
 
     def _flush_consume_queues(self, least_pages: int) -> None:
