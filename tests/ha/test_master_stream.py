@@ -4,8 +4,10 @@ store: what it sends, and when."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -13,6 +15,39 @@ from msgstore.ha import master
 from msgstore.ha.replica import Replica
 from msgstore.store import Message
 from msgstore.v1 import ha_pb2 as hpb
+
+
+@contextlib.asynccontextmanager
+async def a_follower_stream(
+    replica: Replica, while_writing: Callable[[hpb.MasterChunk], None] | None = None
+) -> AsyncIterator[tuple[asyncio.Queue, asyncio.Future]]:
+    """serve_follower for one follower (m1) that handshakes from offset 0 and then only
+    listens: the chunks the master writes (decoded), and the stream's task; the stream ends on
+    leaving. ``while_writing``: run on each chunk as it is written (a write yields to the loop
+    after it)."""
+    gone = asyncio.Event()
+
+    async def reports():
+        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
+        await gone.wait()
+
+    chunks: asyncio.Queue[hpb.MasterChunk] = asyncio.Queue()
+
+    async def write(chunk: hpb.MasterChunk | bytes) -> None:
+        if isinstance(chunk, bytes):
+            chunk = hpb.MasterChunk.FromString(chunk)
+        if while_writing is not None:
+            while_writing(chunk)
+        await asyncio.sleep(0)
+        chunks.put_nowait(chunk)
+
+    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
+    try:
+        yield chunks, stream
+    finally:
+        gone.set()
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)
 
 
 @pytest.mark.asyncio
@@ -25,26 +60,14 @@ async def test_an_append_made_while_a_chunk_is_written_is_sent_without_waiting_f
     monkeypatch.setattr(master, "KEEPALIVE_S", 60.0)
     store = make_store()
     replica = Replica(store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=lambda a: None, call_metadata=tuple)
-    follower_gone = asyncio.Event()
-
-    async def reports():
-        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
-        await follower_gone.wait()
-
-    chunks: asyncio.Queue[hpb.MasterChunk] = asyncio.Queue()
     append_during: list[str] = []
 
-    async def write(chunk: hpb.MasterChunk | bytes) -> None:
-        if isinstance(chunk, bytes):
-            chunk = hpb.MasterChunk.FromString(chunk)
+    def while_writing(chunk: hpb.MasterChunk) -> None:
         if append_during and chunk.state and not chunk.data:
             body = append_during.pop()
             assert store.put_message(Message("t", body.encode())).ok  # (the store announces it)
-        await asyncio.sleep(0)  # a write yields to the loop
-        chunks.put_nowait(chunk)
 
-    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
-    try:
+    async with a_follower_stream(replica, while_writing) as (chunks, _stream):
         hello = await asyncio.wait_for(chunks.get(), 10)
         assert hello.state and not hello.data and hello.start_offset == 0
         append_during.append("appended while a state chunk was written")
@@ -55,10 +78,6 @@ async def test_an_append_made_while_a_chunk_is_written_is_sent_without_waiting_f
         data = await asyncio.wait_for(chunks.get(), 10)  # before the fix: waited for the 60 s keepalive
         assert data.offset == 0 and data.data and b"appended while a state chunk was written" in data.data
         assert len(data.data) == store.commitlog.max_offset
-    finally:
-        follower_gone.set()
-        stream.cancel()
-        await asyncio.gather(stream, return_exceptions=True)
 
 
 @pytest.mark.asyncio
@@ -134,26 +153,12 @@ async def test_a_master_told_to_follow_ends_its_followers_streams_at_once(make_s
     replica = Replica(
         store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=grpc.aio.insecure_channel, call_metadata=tuple
     )
-    follower_gone = asyncio.Event()
-
-    async def reports():
-        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
-        await follower_gone.wait()
-
-    chunks: asyncio.Queue = asyncio.Queue()
-
-    async def write(chunk) -> None:
-        chunks.put_nowait(chunk)
-
-    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
     try:
-        await asyncio.wait_for(chunks.get(), 10)  # the hello: the stream now waits
-        await replica.follow("127.0.0.1:1")  # nobody there: the new follower retries meanwhile
-        await asyncio.wait_for(stream, 10)  # ended: this member is no longer a master
+        async with a_follower_stream(replica) as (chunks, stream):
+            await asyncio.wait_for(chunks.get(), 10)  # the hello: the stream now waits
+            await replica.follow("127.0.0.1:1")  # nobody there: the new follower retries meanwhile
+            await asyncio.wait_for(stream, 10)  # ended: this member is no longer a master
     finally:
-        follower_gone.set()
-        stream.cancel()
-        await asyncio.gather(stream, return_exceptions=True)
         await replica.stop()
 
 
@@ -191,31 +196,17 @@ async def test_an_append_made_in_another_thread_is_sent_without_its_caller_annou
     store = make_store()
     replica = Replica(store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=lambda a: None, call_metadata=tuple)
     replica.signal.bind(asyncio.get_running_loop())  # (what Replica.start does)
-    follower_gone = asyncio.Event()
-
-    async def reports():
-        yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
-        await follower_gone.wait()
-
-    chunks: asyncio.Queue = asyncio.Queue()
-
-    async def write(chunk) -> None:
-        chunks.put_nowait(hpb.MasterChunk.FromString(chunk) if isinstance(chunk, bytes) else chunk)
-
-    stream = asyncio.ensure_future(master.serve_follower(replica, reports(), write))
     try:
-        hello = await asyncio.wait_for(chunks.get(), 10)
-        assert hello.state and not hello.data
-        # a moment later, with the stream asleep until its keepalive
-        thread = threading.Timer(0.1, lambda: store.put_messages("t", 0, [Message("t", b"from a broker thread")]))
-        thread.start()
-        data = await asyncio.wait_for(chunks.get(), 10)
-        thread.join()
-        assert b"from a broker thread" in data.data and len(data.data) == store.commitlog.max_offset
+        async with a_follower_stream(replica) as (chunks, _stream):
+            hello = await asyncio.wait_for(chunks.get(), 10)
+            assert hello.state and not hello.data
+            # a moment later, with the stream asleep until its keepalive
+            thread = threading.Timer(0.1, lambda: store.put_messages("t", 0, [Message("t", b"from a broker thread")]))
+            thread.start()
+            data = await asyncio.wait_for(chunks.get(), 10)
+            thread.join()
+            assert b"from a broker thread" in data.data and len(data.data) == store.commitlog.max_offset
     finally:
-        follower_gone.set()
-        stream.cancel()
-        await asyncio.gather(stream, return_exceptions=True)
         await replica.stop()
     assert replica.signal.notify not in store.append_listeners  # a stopped replica is no longer told
 
