@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from msgstore.api import validation as v
 from msgstore.api.servicer import DataPlane
 from msgstore.client.client import OutMessage, encode_send
-from msgstore.record import codec
+from msgstore.record import codec, crc
 from msgstore.record.codec import decode as decode_one
 from msgstore.v1 import msgstore_pb2 as pb
 
@@ -188,6 +188,26 @@ def test_record_decoding_matches_the_codec(items):
         pos += expected[-1].store_size
     assert got == expected
     assert all(type(m) is codec.StoredMessage for m in got)
+
+
+def test_transcode_computes_the_same_body_crcs_through_zlib_ng_s_c_function(plane):
+    """The server hands the transcoder zlib-ng's C function (its address): every record must
+    come out byte for byte as through the Python callable, its BODYCRC zlib's CRC-32."""
+    import zlib
+
+    _, store = plane
+    bodies = [b"", b"x", bytes(range(256)) * 4 + b"tail", b"\x00" * 4099]
+    data = pb.SendRequest(entries=[pb.SendEntry(topic="T1", queue_id=1, body=b) for b in bodies]).SerializeToString()
+    out = {}
+    for name, crc_fn in (("callable", codec._crc32), ("address", crc.FOR_NATIVE)):
+        groups = native.transcode_send(data, store.config.maxMessageSize, STORE_HOST, 5, crc_fn, BORN, v.InvalidArgument, v.MAX_BATCH)[0]
+        out[name] = bytes(groups[0][2].finalize(0, 0, 9))
+    assert isinstance(crc.FOR_NATIVE, int) and out["address"] == out["callable"]
+    pos = 0
+    for body in bodies:
+        m = decode_one(out["address"], pos)
+        assert m.body == body and m.body_crc == zlib.crc32(body) & 0x7FFFFFFF
+        pos += m.store_size
 
 
 def test_the_broker_s_entries_are_recognised_by_their_properties_and_topics_never_by_their_bodies(plane):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msgstore.record import codec
+from msgstore.record import codec, crc
 from msgstore.record.codec import Message
 
 native = pytest.importorskip("msgstore.record._native")
@@ -32,11 +32,18 @@ messages = st.builds(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(messages, min_size=1, max_size=8), st.booleans(), st.integers(0, 2**40), st.integers(0, 2**40), st.booleans())
-def test_prepare_and_finalize_match_the_reference(msgs, v6, qoff, phy, v2):
+@given(
+    st.lists(messages, min_size=1, max_size=8),
+    st.booleans(),
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+    st.booleans(),
+    st.sampled_from([codec._crc32, crc.FOR_NATIVE]),
+)
+def test_prepare_and_finalize_match_the_reference(msgs, v6, qoff, phy, v2, crc_fn):
     host = HOST6 if v6 else HOST
     ref = codec.PreparedBatch("Topic_1", 3, msgs, host, 123456, v2)
-    nat = native.prepare(list(msgs), "Topic_1", 3, host, 123456, 1 << 62, v2, codec._crc32, codec.host_bytes_cached, codec.BatchError)
+    nat = native.prepare(list(msgs), "Topic_1", 3, host, 123456, 1 << 62, v2, crc_fn, codec.host_bytes_cached, codec.BatchError)
     assert nat.sizes == ref.sizes and nat.total == ref.total
     assert nat.tags_codes == ref.tags_codes and nat.sys_flags == ref.sys_flags
     assert nat.takes_offset == ref.takes_offset and nat.count_offsets == ref.count_offsets
@@ -85,6 +92,51 @@ def test_scan_matches_the_reference_on_damaged_streams(msgs, cut, garbage, crc):
     for name in codec.Columns.__slots__:
         a, b = getattr(nat[0], name), getattr(ref[0], name)
         assert list(a) == list(b), name
+
+
+def test_the_compiled_code_calls_zlib_ng_s_c_function_itself():
+    """The pinned zlib-ng exports zng_crc32: the compiled loops get its address, not the
+    Python wrapper (whose call per record was a third of the transcoder's time)."""
+    assert isinstance(crc.FOR_NATIVE, int) and crc.FOR_NATIVE == crc.c_function_address()
+    assert codec._crc_native == crc.FOR_NATIVE
+
+
+@pytest.mark.parametrize("through", ["callable", "address"])
+def test_scan_finds_a_damaged_body_through_either_crc(through):
+    """A body byte flipped after its record was written: the CRC check (recovery's, with
+    checkCRCOnRecover) stops there, whichever form of the CRC function it was given."""
+    crc_fn = codec._crc32 if through == "callable" else crc.FOR_NATIVE
+    batch = codec.PreparedBatch(
+        "Topic_1", 3, [Message("Topic_1", b"first body", queue_id=3), Message("Topic_1", b"second body", queue_id=3)], HOST, 1, False
+    )
+    data = bytearray(batch.finalize(0, 0, 77))
+    size = batch.sizes[0]
+    at = data.index(b"second body")
+    cols = codec.Columns(8, 32)
+    args = (
+        0,
+        len(data),
+        True,
+        crc_fn,
+        0,
+        cols.phys,
+        cols.sizes,
+        cols.topic_ids,
+        cols.queue_ids,
+        cols.queue_offsets,
+        cols.tags_codes,
+        cols.store_timestamps,
+        cols.sys_flags,
+        cols.key_hashes,
+        cols.key_owner,
+        {},
+        [],
+    )
+    assert native.scan(bytes(data), *args)[:4] == (2, 0, len(data), "limit")
+    data[at] ^= 0x01
+    n, _nk, pos, stop, _bad = native.scan(bytes(data), *args)
+    assert (n, pos, stop) == (1, size, "bad")
+    assert native.scan(bytes(data), 0, len(data), False, *args[3:])[:4] == (2, 0, len(data), "limit")
 
 
 def test_index_hashes_and_jhash():

@@ -3,7 +3,17 @@
 transcodes SendRequest bytes straight into records): the record's constants, its big-endian
 field writers and readers, the offset message id, the index hash and the prepared batch."""
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+
+# A CRC-32 function with zlib's signature (zlib-ng's zng_crc32), called straight from C.
+ctypedef uint32_t (*crc32_c)(uint32_t crc, const uint8_t* buf, uint32_t length) nogil
+
+
+cdef inline crc32_c crc_pointer(object crc_fn):
+    """The C function when the caller passed its address (an int), else NULL (a callable)."""
+    if isinstance(crc_fn, int):
+        return <crc32_c><uintptr_t>(<object>crc_fn)
+    return NULL
 
 cdef enum:
     MAGIC_V1 = -626843481

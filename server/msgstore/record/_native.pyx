@@ -138,6 +138,7 @@ def prepare(list msgs, str topic, int queue_id, bytes store_host, long long now_
     cdef int32_t sf, t, size
     cdef long long born_ts
     cdef uint32_t prefix = jh_str(jh_str(0, topic), "#")
+    cdef crc32_c crc_c = crc_pointer(crc_fn)
     cdef Py_ssize_t dict_pos
     cdef object uniq, keys_value, tags_value
     cdef list sizes = [], tags_codes = [], sys_flags = [], takes = [], key_hashes = [], key_owner = []
@@ -213,7 +214,10 @@ def prepare(list msgs, str topic, int queue_id, bytes store_host, long long now_
         rec = buf + pos
         put32(rec, size)
         put32(rec + 4, MAGIC_V2 if v2 else MAGIC_V1)
-        put32(rec + 8, <int32_t>(crc_fn(body) & 0x7FFFFFFF))
+        if crc_c != NULL:
+            put32(rec + 8, <int32_t>(crc_c(0, <const uint8_t*>PyBytes_AS_STRING(body), <uint32_t>blen) & 0x7FFFFFFF))
+        else:
+            put32(rec + 8, <int32_t>(crc_fn(body) & 0x7FFFFFFF))
         put32(rec + 12, queue_id)
         put32(rec + 16, <int32_t>m.flag)
         put64(rec + 20, 0)  # queue offset: finalize
@@ -284,7 +288,7 @@ def prepare(list msgs, str topic, int queue_id, bytes store_host, long long now_
     return out
 
 
-cdef inline int check_record(const uint8_t* p, Py_ssize_t remaining, bint check_crc, object crc_fn,
+cdef inline int check_record(const uint8_t* p, Py_ssize_t remaining, bint check_crc, object crc_fn, crc32_c crc_c,
                              Py_ssize_t* size_out, Py_ssize_t* body_off, Py_ssize_t* body_len,
                              Py_ssize_t* topic_off, Py_ssize_t* topic_len, Py_ssize_t* props_off,
                              Py_ssize_t* props_len) except -2:
@@ -315,7 +319,11 @@ cdef inline int check_record(const uint8_t* p, Py_ssize_t remaining, bint check_
     if bl < 0 or p_off + bl + tls > total:
         return -1
     if check_crc:
-        if (crc_fn(PyMemoryView_FromMemory(<char*>(p + p_off), bl, PyBUF_READ)) & 0x7FFFFFFF) != get32(p + 8):
+        if crc_c != NULL:
+            if <int32_t>(crc_c(0, p + p_off, <uint32_t>bl) & 0x7FFFFFFF) != get32(p + 8):
+                size_out[0] = -1
+                return -1
+        elif (crc_fn(PyMemoryView_FromMemory(<char*>(p + p_off), bl, PyBUF_READ)) & 0x7FFFFFFF) != get32(p + 8):
             size_out[0] = -1
             return -1
     body_off[0] = p_off
@@ -360,6 +368,7 @@ def scan(const uint8_t[::1] mem, Py_ssize_t start, Py_ssize_t limit, bint check_
     cdef Py_ssize_t last_tag_len = -1
     cdef int64_t last_tag_code = 0
     cdef int rc
+    cdef crc32_c crc_c = crc_pointer(crc_fn)
     cdef int32_t sf, tid
     cdef Py_ssize_t born_len
     cdef str stop = "limit"
@@ -372,7 +381,7 @@ def scan(const uint8_t[::1] mem, Py_ssize_t start, Py_ssize_t limit, bint check_
         limit = mem.shape[0]
     while pos < limit and count < cap:
         p = base + pos
-        rc = check_record(p, limit - pos, check_crc, crc_fn, &size, &body_off, &body_len, &topic_off, &topic_len, &props_off, &props_len)
+        rc = check_record(p, limit - pos, check_crc, crc_fn, crc_c, &size, &body_off, &body_len, &topic_off, &topic_len, &props_off, &props_len)
         if rc == 0:
             stop = "blank"
             break
@@ -643,7 +652,7 @@ def decode_columns(const uint8_t[::1] mem, Py_ssize_t start, Py_ssize_t limit, P
     pv_off.add_i32(0)
     while pos < limit and count < cap and count < max_records:
         p = base + pos
-        rc = check_record(p, limit - pos, False, None, &size, &body_off, &body_len, &t_off, &t_len, &p_off, &p_len)
+        rc = check_record(p, limit - pos, False, None, NULL, &size, &body_off, &body_len, &t_off, &t_len, &p_off, &p_len)
         if rc == 0:
             stop = "blank"
             break

@@ -12,7 +12,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
 
-from msgstore.record._native cimport (FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_V1, MAX_PROPERTIES, Prepared,
+from msgstore.record._native cimport (crc32_c, crc_pointer, FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_V1, MAX_PROPERTIES, Prepared,
                                       hex_message_id, index_hash, put32, put64)
 
 cdef extern from "Python.h":
@@ -482,6 +482,7 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
     cdef uint32_t h
     cdef Py_ssize_t p, word_start
     cdef bint wait_flush = wait != 0
+    cdef crc32_c crc_c = crc_pointer(crc_fn)
     for i in range(count):
         if entries[i].group == g:
             members.append(i)
@@ -497,8 +498,11 @@ cdef tuple _encode_group(const uint8_t* base, Entry* entries, Py_ssize_t count, 
         e = entries + <Py_ssize_t>members[idx]
         put32(rec, e.size)
         put32(rec + 4, MAGIC_V1)
-        crc = crc_fn(PyMemoryView_FromMemory(<char*>(base + e.body.off), e.body.len, PyBUF_READ))
-        put32(rec + 8, <int32_t>(PyLong_AsUnsignedLongMask(crc) & 0x7FFFFFFF))  # masked in C: no Python int per record
+        if crc_c != NULL:  # zlib-ng's own function: no Python call, view or int per record
+            put32(rec + 8, <int32_t>(crc_c(0, base + e.body.off, <uint32_t>e.body.len) & 0x7FFFFFFF))
+        else:
+            crc = crc_fn(PyMemoryView_FromMemory(<char*>(base + e.body.off), e.body.len, PyBUF_READ))
+            put32(rec + 8, <int32_t>(PyLong_AsUnsignedLongMask(crc) & 0x7FFFFFFF))  # masked in C: no Python int per record
         put32(rec + 12, e.queue_id)
         put32(rec + 16, e.flag)
         put64(rec + 20, 0)
