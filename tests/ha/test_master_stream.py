@@ -19,17 +19,23 @@ from msgstore.v1 import ha_pb2 as hpb
 
 @contextlib.asynccontextmanager
 async def a_follower_stream(
-    replica: Replica, while_writing: Callable[[hpb.MasterChunk], None] | None = None
+    replica: Replica,
+    while_writing: Callable[[hpb.MasterChunk], None] | None = None,
+    reports_from: asyncio.Queue[hpb.FollowerReport] | None = None,
 ) -> AsyncIterator[tuple[asyncio.Queue, asyncio.Future]]:
     """serve_follower for one follower (m1) that handshakes from offset 0 and then only
-    listens: the chunks the master writes (decoded), and the stream's task; the stream ends on
-    leaving. ``while_writing``: run on each chunk as it is written (a write yields to the loop
-    after it)."""
+    listens, or reports what the test puts in ``reports_from``: the chunks the master writes
+    (decoded), and the stream's task; the stream ends on leaving. ``while_writing``: run on
+    each chunk as it is written (a write yields to the loop after it)."""
     gone = asyncio.Event()
 
     async def reports():
         yield hpb.FollowerReport(handshake=True, member="m1", group="g0", end_offset=0, address="127.0.0.1:1")
-        await gone.wait()
+        if reports_from is None:
+            await gone.wait()
+            return
+        while True:
+            yield await reports_from.get()
 
     chunks: asyncio.Queue[hpb.MasterChunk] = asyncio.Queue()
 
@@ -93,6 +99,94 @@ async def test_a_wait_given_the_count_it_saw_returns_at_once_after_a_notificatio
     assert not waiting.done()  # nothing new: it waits
     signal.notify()
     await asyncio.wait_for(waiting, 1)
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_resumes_in_one_pass_of_the_loop_and_a_wait_that_ended_otherwise_leaves_nothing_behind():
+    """A notification sets the waiter's own future: its task runs on the loop's next pass
+    (through asyncio.wait_for and asyncio.wait, an append reached its follower's stream three
+    passes later, each behind every other ready task of a busy loop). A wait that ends by its
+    timeout, or because ``until`` is done (the stream's report reader ended), takes its future
+    out: an idle master's keepalive waits piled up until the next append."""
+    from msgstore.ha.signal import AppendSignal
+
+    signal = AppendSignal()
+    passes = 0
+    resumed_after: list[int] = []
+
+    async def stream() -> None:
+        await signal.wait(60)
+        resumed_after.append(passes)
+
+    waiting = asyncio.ensure_future(stream())
+    await asyncio.sleep(0)
+    signal.notify()
+    for _ in range(5):
+        await asyncio.sleep(0)  # one pass of the loop each
+        passes += 1
+        if waiting.done():
+            break
+    assert resumed_after == [0]
+    for _ in range(3):
+        await signal.wait(0.001)  # timed out
+    assert signal._waiting == []
+    reader = asyncio.get_running_loop().create_future()
+    waiting = asyncio.ensure_future(signal.wait(60, until=reader))
+    await asyncio.sleep(0)
+    assert not waiting.done() and len(signal._waiting) == 1
+    reader.set_result(None)
+    await asyncio.wait_for(waiting, 5)
+    assert signal._waiting == []
+
+
+@pytest.mark.asyncio
+async def test_a_sync_master_dispatches_what_its_follower_acknowledged_without_waiting_for_a_poll(make_store, monkeypatch):
+    """A SYNC master's consumers see only what its in-sync followers hold: its dispatcher is
+    bounded by their reports. A report that moves that bound wakes the dispatcher; before, it
+    was seen at the dispatcher's next poll (here a minute: the message never became pullable)."""
+    import grpc
+
+    from msgstore.store import dispatch
+
+    store = make_store()
+    replica = Replica(
+        store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=grpc.aio.insecure_channel, call_metadata=tuple
+    )
+    replica.start()
+    await asyncio.sleep(0.01)  # the dispatcher's current poll ends; its next ones last a minute
+    monkeypatch.setattr(dispatch, "POLL_INTERVAL", 60.0)
+    reports: asyncio.Queue[hpb.FollowerReport] = asyncio.Queue()
+
+    def echo(chunk: hpb.MasterChunk, end: int) -> hpb.FollowerReport:
+        return hpb.FollowerReport(member="m1", group="g0", end_offset=end, echo_sent_us=chunk.sent_us, echo_master_end=chunk.master_end)
+
+    try:
+        async with a_follower_stream(replica, reports_from=reports) as (chunks, _stream):
+            hello = await asyncio.wait_for(chunks.get(), 10)
+            reports.put_nowait(echo(hello, 0))
+            deadline = time.monotonic() + 10
+            while replica.tracker.sync_state_set() != ["m1"]:
+                assert time.monotonic() < deadline, "the follower never joined the in-sync set"
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # (the dispatcher, woken by the join, has gone back to its minute's wait)
+            assert store.put_message(Message("t", b"held until the follower has it")).ok
+            data = await asyncio.wait_for(chunks.get(), 10)
+            while not data.data:
+                data = await asyncio.wait_for(chunks.get(), 10)
+            end = data.offset + len(data.data)
+            assert end == store.commitlog.max_offset and store.dispatcher.reput_from < end  # bounded: not pullable yet
+            reports.put_nowait(echo(data, end))
+            deadline = time.monotonic() + 5
+            while store.dispatcher.reput_from < end:
+                assert time.monotonic() < deadline, "the acknowledged message was not dispatched"
+                await asyncio.sleep(0.005)
+            res = store.get_message(None, "t", 0, 0, max_msgs=1)
+            try:
+                assert [m.body for m in res.messages()] == [b"held until the follower has it"]
+            finally:
+                res.release()
+    finally:
+        await replica.stop()
 
 
 def test_the_raw_view_a_chunk_is_encoded_from(make_store):

@@ -183,7 +183,9 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     await write(_refusal(_request_id(request), *v.refusal(e)))
                     continue
                 if accepted.waits:
-                    self.store.dispatcher.wakeup()
+                    # (no dispatcher wake-up: what waits is bounded there until the flush, the
+                    # followers' reports or the visibility wait wakes it; woken now, it only
+                    # took the GIL from the loop on its way to the followers' stream)
                     task = asyncio.ensure_future(answer_later(accepted))
                     waiting.add(task)
                     task.add_done_callback(waiting.discard)

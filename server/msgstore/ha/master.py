@@ -145,9 +145,7 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
                     with_state(chunk, replica)
                 await write(chunk)
                 quiet_since, due = time.monotonic(), KEEPALIVE_S
-            waiting = asyncio.ensure_future(replica.signal.wait(max(due, 0.001), seen))
-            await asyncio.wait({reader, waiting}, return_when=asyncio.FIRST_COMPLETED)
-            waiting.cancel()
+            await replica.signal.wait(max(due, 0.001), seen, until=reader)
     finally:
         reader.cancel()
         replica.tracker.disconnect(link)

@@ -559,8 +559,11 @@ class Replica:
         bounded = self.is_master and self.mode == "SYNC" and bool(self.tracker.waited_for())
         limit = self.confirmed if bounded else None
         if limit != self._limit:
+            moved = limit is not None and limit > (self._limit or 0)
             self._limit = limit
             self.signal.notify()  # followers' streams pass the new confirm offset on
+            if moved:  # consumers see what the followers now hold without waiting for the dispatcher's poll
+                self.store.dispatcher.wakeup()
 
     def confirm_offset(self) -> int:
         """What followers may dispatch up to (0: no bound)."""

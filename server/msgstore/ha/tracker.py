@@ -170,17 +170,19 @@ class ReplicaTracker:
         if self._holds(offset, followers):
             self.acked_hw = max(self.acked_hw, offset)
             return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         entry = (offset, followers, fut)
         self._waiters.append(entry)
+        # awaited as it is (not through asyncio.wait_for, whose own future cost the put one
+        # more pass of a busy loop after the follower's report)
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            ok = await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            ok = False
+            return await fut
         finally:
+            timer.cancel()
             if entry in self._waiters:
                 self._waiters.remove(entry)
-        return ok
 
     def fail_waiters(self) -> None:
         """Fenced: nothing waiting is acknowledged any more."""
@@ -202,3 +204,9 @@ class ReplicaTracker:
             else:
                 still.append((offset, needed, fut))
         self._waiters = still
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    """A put's wait for its followers timed out (slaveTimeout)."""
+    if not fut.done():
+        fut.set_result(False)
