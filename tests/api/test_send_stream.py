@@ -18,7 +18,7 @@ from msgstore.client import Client, OutMessage, StoreError
 from msgstore.client.aio import AsyncClient
 from msgstore.client.client import encode_send
 from msgstore.client.routing import QueueRef
-from msgstore.client.stream import Part, SendStream, _Batcher, tagged
+from msgstore.client.stream import AsyncSendStream, Part, SendStream, _Batcher, tagged
 from msgstore.v1 import msgstore_pb2 as pb
 from tests.support.servers import free_port, wait_until
 
@@ -268,6 +268,40 @@ def test_back_pressure_bounds_requests_in_flight():
     finally:
         stream.close()
         ch.close()
+        holder.stop()
+
+
+def test_an_async_send_past_its_timeout_fails_alone_and_its_late_answer_breaks_nothing():
+    """AsyncSendStream awaits the answer's own future, failed by a timer at the timeout (no
+    longer asyncio.wait_for over a shield): the caller gets DEADLINE_EXCEEDED; a cancelled
+    caller just stops waiting; their answers, when they come, are skipped and the stream
+    goes on."""
+    holder = HoldingServer(stream=True)
+
+    async def main() -> None:
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{holder.port}")
+        stream = AsyncSendStream(ch, "holder")
+        try:
+            data = encode_send("t", 0, [OutMessage(b"x")], None)
+            with pytest.raises(StoreError) as late:
+                await stream.send(data, 1, (), 0.3)
+            assert late.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and "within 0.3 s" in late.value.details
+            gone = asyncio.ensure_future(stream.send(data, 1, (), 30))
+            await asyncio.sleep(0.2)
+            gone.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await gone
+            holder.release.set()  # both answers now arrive, for callers that no longer wait
+            results = await stream.send(data, 1, (), 10)
+            assert [r.status for r in results] == [pb.PUT_OK] and stream.broken is None
+            assert holder.received == 3
+        finally:
+            await stream.close()
+            await ch.close()
+
+    try:
+        asyncio.run(main())
+    finally:
         holder.stop()
 
 

@@ -22,6 +22,7 @@ from ..v1 import msgstore_pb2 as pb
 from . import permissions
 from . import validation as v
 from .convert import varint
+from .longpoll import Alarm
 
 if TYPE_CHECKING:
     from .member import Member
@@ -93,16 +94,22 @@ class PullQueuesHandlers:
         looks: list = [None] * len(pulls)  # each queue's last look (its response)
         stale: list[int] = list(range(len(pulls)))  # the queues to look at (again)
         futures: dict[int, asyncio.Future] = {}
+        alarm = Alarm(asyncio.get_running_loop())  # set by any queue's arrival, with its future
         try:
             while True:
                 if timeout > 0:  # registered before the look: an arrival after it is not missed
                     for i in stale:
-                        futures[i] = waiters.register(pulls[i][0], pulls[i][1])
+                        futures[i] = waiters.register(pulls[i][0], pulls[i][1], alarm)
                 ready = self._look(pulls, stale, looks, budget)
                 left = deadline - time.monotonic()
                 if ready or left <= 0 or not futures or self.server.stopping:
                     return self._framed(pulls, looks)
-                await asyncio.wait(futures.values(), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    async with asyncio.timeout(left):
+                        await alarm.fut
+                except TimeoutError:
+                    pass
+                alarm.rearm()
                 # Only the queues that had arrivals are looked at again: the others' futures
                 # are still pending, so nothing came since their look, and it stands. A
                 # consumer of an 8-queue topic woken by one batch otherwise paid eight reads.

@@ -438,7 +438,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
 
         req.add_done_callback(wake)
         try:
-            ok = await asyncio.wait_for(fut, self.store.config.syncFlushTimeout / 1000)
+            async with asyncio.timeout(self.store.config.syncFlushTimeout / 1000):  # (awaited as it is: one pass after the flush)
+                ok = await fut
         except TimeoutError:
             ok = False
         if not ok:
@@ -510,7 +511,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                 if settled(outcome.status, outcome.count, offset, outcome.next_offset) or left <= 0 or fut is None or self.server.stopping:
                     return outcome
                 try:
-                    await asyncio.wait_for(asyncio.shield(fut), left)
+                    async with asyncio.timeout(left):  # (the waiter is this call's own: cancelled at the timeout)
+                        await fut
                 except TimeoutError:
                     return outcome
             finally:

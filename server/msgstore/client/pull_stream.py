@@ -116,7 +116,8 @@ class AsyncPullStream:
         ``within`` seconds, or StreamEnded. After any of them the stream is closed."""
         self._requests.put_nowait(request)
         try:
-            answer = await asyncio.wait_for(self._call.read(), within)
+            async with asyncio.timeout(within):  # (not wait_for: its task for the read cost passes of the loop)
+                answer = await self._call.read()
         except BaseException:
             self.close()
             raise

@@ -243,6 +243,11 @@ class SendStream:
         self._reader.join(5)
 
 
+def _time_out(fut: asyncio.Future, timeout: float, node: str) -> None:
+    if not fut.done():
+        fut.set_exception(StoreError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer on the send stream within {timeout:g} s", node))
+
+
 class AsyncSendStream:
     """The same stream for :class:`~msgstore.client.aio.AsyncClient`, on one event loop."""
 
@@ -263,12 +268,18 @@ class AsyncSendStream:
         if self.broken is not None:
             raise self.broken
         await self._slots.acquire()
-        fut: asyncio.Future[list[pb.SendResult]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[pb.SendResult]] = loop.create_future()
         self._outbox.put_nowait(Part(data, entries, flags, fut))
+        # The answer's own future, awaited as it is: the caller runs on the loop's next pass
+        # after the reader sets it (through asyncio.wait_for and asyncio.shield, two passes
+        # later, each behind every other ready task). Past the timeout the future fails;
+        # the reader skips a future that is done, and so would a cancelled caller's.
+        timer = loop.call_later(timeout, _time_out, fut, timeout, self.node)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            raise StoreError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer on the send stream within {timeout:g} s", self.node) from None
+            return await fut
+        finally:
+            timer.cancel()
 
     def _next_queued(self) -> Part | None:
         if self._again:
