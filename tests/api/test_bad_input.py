@@ -138,6 +138,43 @@ def test_invalid_utf8_names_the_field(server, client, stub):
     _intact(server, stub)
 
 
+def test_a_queue_id_where_a_route_s_queue_is_expected_names_the_argument(server, client):
+    """``queue=3`` (a queue id alone names no node: ids repeat on every node) failed inside
+    the client as an AttributeError; both clients now refuse it as INVALID_ARGUMENT naming
+    the argument, before anything is sent."""
+    import asyncio
+
+    from msgstore.client import StoreError
+    from msgstore.client.aio import AsyncClient
+
+    client.create_topic("queues", 2)
+    real = client.route("queues").queues[1]
+    calls = {
+        "queue": lambda: client.send_batch("queues", [OutMessage(b"x")], queue=3),
+        "prefer": lambda: client.send_batch("queues", [OutMessage(b"x")], prefer=(real.node, 1)),
+        "pull": lambda: client.pull("queues", 1, 0),
+        "commit": lambda: client.commit("g", "queues", "q1", 0),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StoreError) as e:
+            call()
+        field = "prefer" if name == "prefer" else "queue"
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and e.value.details.startswith(f"{field}: must be one of"), name
+
+    async def aio() -> list[str]:
+        async with AsyncClient(server.address, timeout=10) as c:
+            out = []
+            for call in (lambda: c.send_batch("queues", [OutMessage(b"x")], queue=1), lambda: c.pull("queues", 1, 0)):
+                with pytest.raises(StoreError) as e:
+                    await call()
+                out.append(f"{e.value.code.name} {e.value.details.partition(':')[0]}")
+            return out
+
+    assert asyncio.run(aio()) == ["INVALID_ARGUMENT queue", "INVALID_ARGUMENT queue"]
+    assert client.send_batch("queues", [OutMessage(b"x")], queue=real).all_ok  # a route's queue still goes
+    assert client.queue_offsets("queues")[real][1] == 1
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=300))
 def test_random_bytes_never_hurt_the_server(server, client, stub, data):

@@ -22,6 +22,7 @@ from .client import (
     PullResult,
     SendResult,
     StoreError,
+    check_queue,
     check_topic,
     encode_send,
     pull_queues_request,
@@ -198,6 +199,8 @@ class AsyncClient(AsyncPopCalls):
         and an answer saying "not master" or "replicas missing" sends again to the master the
         route names now."""
         check_topic(topic)
+        if queue is not None:
+            check_queue(queue)
         deadline = time.monotonic() + self.failover_timeout
         route = await self.route(topic)
         tried: set[str] = set()
@@ -411,6 +414,7 @@ class AsyncClient(AsyncPopCalls):
     async def _group_call(self, topic: str, queue: QueueRef, method: str, request, *, reads: bool, timeout: float | None = None):
         """As :meth:`Client._group_call`: the queue's master (or, for reads, whoever serves
         them); when that member does not answer, the member a fresh route names, once."""
+        check_queue(queue)
         address = await self._address(topic, queue, reads)
         try:
             return await self._call(address, method, request, timeout, node=queue.node)
@@ -423,10 +427,12 @@ class AsyncClient(AsyncPopCalls):
             return await self._call(again, method, request, timeout, node=queue.node)
 
     async def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
+        check_queue(queue)
         req = pb.CommitOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id, offset=offset)
         await self._group_call(topic, queue, "CommitOffset", req, reads=False)
 
     async def committed(self, group: str, topic: str, queue: QueueRef) -> int:
+        check_queue(queue)
         req = pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id)
         resp = await self._group_call(topic, queue, "GetCommittedOffset", req, reads=False)
         return resp.offset  # type: ignore[no-any-return]

@@ -143,6 +143,15 @@ def check_topic(topic: str) -> None:
         raise StoreError(grpc.StatusCode.INVALID_ARGUMENT, f"topic: {err}")
 
 
+def check_queue(queue: object, field: str = "queue") -> None:
+    """INVALID_ARGUMENT naming the field when ``queue`` is not one of a route's queues: a
+    queue id alone (``queue=3``) names no node, and failed deep inside as an AttributeError."""
+    if not isinstance(queue, QueueRef):
+        raise StoreError(
+            grpc.StatusCode.INVALID_ARGUMENT, f"{field}: must be one of the topic's queues (client.route(topic).queues), got {queue!r}"
+        )
+
+
 decode_records = codec.decode_records  # a raw pull's messages
 
 
@@ -159,6 +168,7 @@ def pull_request(
 ) -> pb.PullRequest:
     """A raw pull (records as stored; :func:`pull_result` decodes them), for both clients;
     ``sql``: a SQL92 selector on properties instead of a tag filter."""
+    check_queue(queue)
     return pb.PullRequest(
         topic=topic,
         queue_id=queue.queue_id,
@@ -272,6 +282,7 @@ class Client(PopCalls):
         """A call to the queue's group: its master (``reads=False``) or whoever serves reads.
         When that member does not answer, look at the route again (a failover, a follower
         taking reads while the master is down) and try the member it names, once."""
+        check_queue(queue)
         pick = self.read_address if reads else self.master_address
         address = pick(topic, queue)
         try:
@@ -465,6 +476,9 @@ class Client(PopCalls):
         after a timeout may store a batch twice (at-least-once).
         """
         check_topic(topic)
+        for name, given in (("queue", queue), ("prefer", prefer)):
+            if given is not None:
+                check_queue(given, name)
         deadline = time.monotonic() + self.failover_timeout
         route = self.route(topic)
         tried: set[str] = set()
@@ -664,6 +678,7 @@ class Client(PopCalls):
         return PullStream(self.stub(address).PullQueuesStream, self.security.data_metadata())
 
     def subscribe(self, topic: str, queue: QueueRef, offset: int = -1, *, tag_filter: str | None = None) -> Iterable[PullResult]:
+        check_queue(queue)
         req = pb.SubscribeRequest(topic=topic, queue_id=queue.queue_id, offset=offset, tag_filter=tag_filter or "", raw=True)
         try:
             for resp in self.stub(self.read_address(topic, queue)).Subscribe(req, metadata=self.security.data_metadata() or None):
@@ -724,6 +739,7 @@ class Client(PopCalls):
         return {QueueRef(n.name, n.address, q.queue_id): (q.min_offset, q.max_offset) for n, resp in found for q in resp.queues}
 
     def offset_by_time(self, topic: str, queue: QueueRef, timestamp_ms: int, upper: bool = False) -> int:
+        check_queue(queue)
         req = pb.GetOffsetByTimeRequest(
             topic=topic, queue_id=queue.queue_id, timestamp=timestamp_ms, boundary=pb.UPPER if upper else pb.LOWER
         )
@@ -731,6 +747,7 @@ class Client(PopCalls):
 
     def commit(self, group: str, topic: str, queue: QueueRef, offset: int) -> None:
         """Commit on the node that owns the queue (its group's master)."""
+        check_queue(queue)
         self._group_call(
             topic,
             queue,
@@ -740,6 +757,7 @@ class Client(PopCalls):
         )
 
     def committed(self, group: str, topic: str, queue: QueueRef) -> int:
+        check_queue(queue)
         req = pb.GetCommittedOffsetRequest(group=group, topic=topic, queue_id=queue.queue_id)
         return self._group_call(topic, queue, "GetCommittedOffset", req, reads=False).offset
 
