@@ -370,10 +370,13 @@ def test_a_lone_small_send_is_dispatched_on_the_loop_a_large_one_by_the_dispatch
     while sent < 20 or (metric(server, on_loop) == before and sent < 200):
         assert client.send_batch("inline", [OutMessage(b"small %d" % sent)], queue=q).all_ok
         sent += 1
+    # A large send first: the stream's task reads it only after the step that answered the
+    # last small one has counted that one (the count comes after the answer is written)
+    assert client.send_batch("inline", [OutMessage(b"L" * 20_000)], queue=q).all_ok
     small = metric(server, on_loop) - before
     assert 1 <= small <= sent
-    assert client.send_batch("inline", [OutMessage(b"L" * 20_000)], queue=q).all_ok
-    assert metric(server, on_loop) - before == small
-    wait_until(lambda: client.queue_offsets("inline")[q][1] == sent + 1, timeout=10, what=f"{sent + 1} messages in the queue")
+    assert client.send_batch("inline", [OutMessage(b"M" * 20_000)], queue=q).all_ok
+    assert metric(server, on_loop) - before == small  # the large ones: the dispatcher's thread
+    wait_until(lambda: client.queue_offsets("inline")[q][1] == sent + 2, timeout=10, what=f"{sent + 2} messages in the queue")
     got = client.pull("inline", q, 0, max_messages=300)
-    assert [bytes(m.body) for m in got.messages] == [b"small %d" % i for i in range(sent)] + [b"L" * 20_000]
+    assert [bytes(m.body) for m in got.messages] == [b"small %d" % i for i in range(sent)] + [b"L" * 20_000, b"M" * 20_000]

@@ -189,6 +189,32 @@ async def test_a_sync_master_dispatches_what_its_follower_acknowledged_without_w
         await replica.stop()
 
 
+@pytest.mark.asyncio
+async def test_a_send_that_waits_skips_the_dispatcher_wake_up_only_when_something_else_will_wake_it(make_store):
+    """At the accept, a send that waits wakes the dispatcher only when nothing will later: a
+    SYNC master with no follower in its set has no bound (its put fails SLAVE_NOT_AVAILABLE,
+    and no report will come to wake the dispatcher: the message waited for its poll); with
+    one, the report that moves the bound wakes it, as the group commit and a visibility
+    wait do theirs (found by a cold review)."""
+    import types
+
+    from msgstore.api.servicer import Accepted, DataPlane
+
+    store = make_store()
+    replica = Replica(store, "m0", "g0", broker_role="SYNC_MASTER", master_address="", channel=lambda a: None, call_metadata=tuple)
+    plane = DataPlane(types.SimpleNamespace(store=store, replica=replica))
+
+    def accepted(**waits: bool) -> Accepted:
+        return Accepted([], [], 0, 0, waits.get("sync", False), waits.get("visible", False), 0.0, waits.get("replicate", False))
+
+    assert not replica.bounds_dispatch
+    assert not plane._dispatch_woken_later(accepted(replicate=True))  # alone: woken at the accept
+    assert plane._dispatch_woken_later(accepted(sync=True)) and plane._dispatch_woken_later(accepted(visible=True))
+    link = replica.tracker.connect("m1", "127.0.0.1:1", 0)
+    replica.tracker.report(link, 0, master.now_us(), 0)  # a follower joins the set: the dispatch waits for its reports
+    assert replica.bounds_dispatch and plane._dispatch_woken_later(accepted(replicate=True))
+
+
 def test_the_raw_view_a_chunk_is_encoded_from(make_store):
     """CommitLog.raw: the log's bytes within one segment, a view valid inside the ``with``; empty
     at the end, None below what retention kept; the segment is given back afterwards (it can

@@ -14,7 +14,7 @@ class Alarm:
     """One future for a call that long-polls many queues: an arrival on any of them sets it,
     in the same step that sets that queue's own future. Awaited as it is, the call runs on the
     loop's next pass (``asyncio.wait`` over the queues' futures cost it one more, behind every
-    other ready task). ``rearm`` before each wait: the one before is done."""
+    other ready task). ``rearm`` after each wait: its future is done then."""
 
     __slots__ = ("fut", "loop")
 

@@ -183,9 +183,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     await write(_refusal(_request_id(request), *v.refusal(e)))
                     continue
                 if accepted.waits:
-                    # (no dispatcher wake-up: what waits is bounded there until the flush, the
-                    # followers' reports or the visibility wait wakes it; woken now, it only
-                    # took the GIL from the loop on its way to the followers' stream)
+                    if not self._dispatch_woken_later(accepted):
+                        self.store.dispatcher.wakeup()
                     task = asyncio.ensure_future(answer_later(accepted))
                     waiting.add(task)
                     task.add_done_callback(waiting.discard)
@@ -212,6 +211,15 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         finally:
             for task in list(waiting):
                 task.cancel()
+
+    def _dispatch_woken_later(self, a: Accepted) -> bool:
+        """Whether the dispatcher will be woken when what ``a`` waits for happens: its group
+        commit (the flusher wakes it), its visibility (that wait wakes it), its followers'
+        reports when they bound the dispatch (a report that moves the bound wakes it). Woken
+        at the accept as well, it only took the GIL from the loop on the way to the followers'
+        stream, to find the bound where it was."""
+        replica = self.server.replica
+        return a.sync or a.visible or (a.replicate and replica is not None and replica.bounds_dispatch)
 
     def _accept(self, request, born_host: tuple[str, int]) -> Accepted:
         """Validate, encode and append a SendRequest (no waiting): what :meth:`_complete`
@@ -440,8 +448,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
         try:
             async with asyncio.timeout(self.store.config.syncFlushTimeout / 1000):  # (awaited as it is: one pass after the flush)
                 ok = await fut
-        except TimeoutError:
-            ok = False
+        except TimeoutError:  # (a flush done in the timeout's own pass counts: its result is there)
+            ok = fut.done() and not fut.cancelled() and bool(fut.result())
         if not ok:
             for res in waiting:
                 res.status = PutStatus.FLUSH_DISK_TIMEOUT
@@ -514,7 +522,8 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     async with asyncio.timeout(left):  # (the waiter is this call's own: cancelled at the timeout)
                         await fut
                 except TimeoutError:
-                    return outcome
+                    if not fut.done() or fut.cancelled():
+                        return outcome  # (an arrival in the timeout's own pass is looked at: the deadline answers then)
             finally:
                 if fut is not None:
                     waiters.unregister(topic, qid, fut)

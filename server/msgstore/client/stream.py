@@ -264,7 +264,7 @@ class AsyncSendStream:
         self._call = call(self._requests(), metadata=metadata or None)
         self._reader = asyncio.ensure_future(self._read())
 
-    async def send(self, data: bytes, entries: int, flags: tuple, timeout: float) -> list[pb.SendResult]:
+    async def send(self, data: bytes, entries: int, flags: tuple, timeout: float | None) -> list[pb.SendResult]:
         if self.broken is not None:
             raise self.broken
         await self._slots.acquire()
@@ -275,11 +275,12 @@ class AsyncSendStream:
         # after the reader sets it (through asyncio.wait_for and asyncio.shield, two passes
         # later, each behind every other ready task). Past the timeout the future fails;
         # the reader skips a future that is done, and so would a cancelled caller's.
-        timer = loop.call_later(timeout, _time_out, fut, timeout, self.node)
+        timer = loop.call_later(timeout, _time_out, fut, timeout, self.node) if timeout is not None else None
         try:
             return await fut
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _next_queued(self) -> Part | None:
         if self._again:

@@ -548,6 +548,12 @@ class Replica:
         ok = await self.tracker.wait(end, self.needed_followers(), self.store.config.slaveTimeout / 1000)
         return PutStatus.PUT_OK if ok else PutStatus.FLUSH_SLAVE_TIMEOUT
 
+    @property
+    def bounds_dispatch(self) -> bool:
+        """Whether this master's dispatch waits for its followers' reports (each that moves
+        the bound wakes the dispatcher)."""
+        return self._limit is not None
+
     def _dispatch_limit(self) -> int | None:
         """A SYNC master's consumers see only what every in-sync member holds (RocketMQ 5's
         reput bound, Kafka's high watermark): nothing a failover could take back. Read by the
@@ -559,7 +565,7 @@ class Replica:
         bounded = self.is_master and self.mode == "SYNC" and bool(self.tracker.waited_for())
         limit = self.confirmed if bounded else None
         if limit != self._limit:
-            moved = limit is not None and limit > (self._limit or 0)
+            moved = self._limit is not None and (limit is None or limit > self._limit)  # (lifted, or further)
             self._limit = limit
             self.signal.notify()  # followers' streams pass the new confirm offset on
             if moved:  # consumers see what the followers now hold without waiting for the dispatcher's poll

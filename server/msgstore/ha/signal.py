@@ -61,8 +61,8 @@ class AppendSignal:
 
     def arm(self, seen: int | None = None) -> asyncio.Future[None]:
         """A future done at the first notification after ``seen`` (a value of ``seq``; None:
-        after now), already done when one came. Awaited as it is, it wakes its task in one
-        pass of the loop: a put waiting for its followers waits behind each pass, and
+        after now), already done when one came. Awaited as it is, it wakes its task (a
+        follower's stream) in one pass of the loop: a SYNC put waits behind each pass, and
         ``asyncio.wait_for`` and ``asyncio.wait`` each added one or two more (0.2 ms from an
         append to its chunk, of 2 ms that SYNC replication added to a 500-message batch)."""
         loop = asyncio.get_running_loop()
