@@ -30,6 +30,23 @@ from .master import epochs_pb
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+
+async def latest_reports(outbox: asyncio.Queue[hpb.FollowerReport | None]):
+    """The reports to send, from ``outbox`` until None: of those queued while the one before
+    was being written, only the newest. A report is cumulative (where this copy ends, the
+    newest chunk's echo), and each written cost the follower's loop 70 us or so of grpc.aio
+    under SYNC load (12 % of it); the master learns the same, sooner, from the newest. The
+    handshake is never skipped."""
+    while (report := await outbox.get()) is not None:
+        while not report.handshake and not outbox.empty():
+            newer = outbox.get_nowait()
+            if newer is None:
+                yield report
+                return
+            report = newer
+        yield report
+
+
 FOLLOW = "/msgstore.v1.Replication/Follow"  # with read_chunk for its answers: data chunks' bytes are not copied out
 METADATA_EVERY_S = 1.0
 RETRY_S = (0.1, 0.2, 0.5, 1.0)
@@ -150,14 +167,10 @@ class Follower:
         timeout = store.config.haKeepaliveTimeout / 1000
         outbox: asyncio.Queue[hpb.FollowerReport | None] = asyncio.Queue()
 
-        async def reports():
-            while (report := await outbox.get()) is not None:
-                yield report
-
         follow = r.channel(self.master_address).stream_stream(
             FOLLOW, request_serializer=hpb.FollowerReport.SerializeToString, response_deserializer=read_chunk
         )
-        call = follow(reports(), metadata=r.call_metadata() or None)
+        call = follow(latest_reports(outbox), metadata=r.call_metadata() or None)
         end = store.commitlog.max_offset
         outbox.put_nowait(
             hpb.FollowerReport(
