@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -30,8 +30,12 @@ from .master import epochs_pb
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+FOLLOW = "/msgstore.v1.Replication/Follow"  # with read_chunk for its answers: data chunks' bytes are not copied out
+METADATA_EVERY_S = 1.0
+RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
-async def latest_reports(outbox: asyncio.Queue[hpb.FollowerReport | None]):
+
+async def latest_reports(outbox: asyncio.Queue[hpb.FollowerReport | None]) -> AsyncIterator[hpb.FollowerReport]:
     """The reports to send, from ``outbox`` until None: of those queued while the one before
     was being written, only the newest. A report is cumulative (where this copy ends, the
     newest chunk's echo), and each written cost the follower's loop 70 us or so of grpc.aio
@@ -45,11 +49,6 @@ async def latest_reports(outbox: asyncio.Queue[hpb.FollowerReport | None]):
                 return
             report = newer
         yield report
-
-
-FOLLOW = "/msgstore.v1.Replication/Follow"  # with read_chunk for its answers: data chunks' bytes are not copied out
-METADATA_EVERY_S = 1.0
-RETRY_S = (0.1, 0.2, 0.5, 1.0)
 
 
 class MasterSilent(Exception):
