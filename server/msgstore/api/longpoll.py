@@ -16,10 +16,9 @@ class Alarm:
     loop's next pass (``asyncio.wait`` over the queues' futures cost it one more, behind every
     other ready task). ``rearm`` after each wait: its future is done then."""
 
-    __slots__ = ("fut", "loop")
+    __slots__ = ("fut",)
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
         self.fut: asyncio.Future[None] = loop.create_future()
 
     def ring(self) -> None:
@@ -28,7 +27,7 @@ class Alarm:
 
     def rearm(self) -> None:
         if self.fut.done():
-            self.fut = self.loop.create_future()
+            self.fut = self.fut.get_loop().create_future()
 
 
 class ArrivalWaiters:

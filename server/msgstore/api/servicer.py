@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from .. import wire
 from ..acl.identity import CALLER, Denied
 from ..broker.system_topics import is_store_topic
-from ..record import codec
+from ..record import codec, crc
 from ..record.selector import Selector
 from ..store import GetStatus, PutStatus, StoreStateError, TopicNotEmpty, Unavailable
 from ..store.limits import ResourceLimit
@@ -235,7 +235,7 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                 store.config.maxMessageSize,
                 store.commitlog.store_host_bytes,
                 store.clock.now_ms(),
-                codec._crc_native,
+                crc.FOR_NATIVE,
                 born,
                 v.InvalidArgument,
                 v.MAX_BATCH,
