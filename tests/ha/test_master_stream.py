@@ -15,6 +15,7 @@ from msgstore.ha import master
 from msgstore.ha.replica import Replica
 from msgstore.store import Message
 from msgstore.v1 import ha_pb2 as hpb
+from tests.support.loop_passes import passes_until_done
 
 
 @contextlib.asynccontextmanager
@@ -54,6 +55,18 @@ async def a_follower_stream(
         gone.set()
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
+
+
+async def woken_from_a_thread(signal) -> None:
+    """A wait on ``signal`` (binding the running loop) that another thread's notification ends."""
+    import threading
+
+    waiting = asyncio.ensure_future(signal.wait(30, signal.seq))
+    await asyncio.sleep(0)
+    notifier = threading.Timer(0.05, signal.notify)
+    notifier.start()
+    await asyncio.wait_for(waiting, 10)
+    notifier.join()
 
 
 @pytest.mark.asyncio
@@ -111,22 +124,10 @@ async def test_a_waiter_resumes_in_one_pass_of_the_loop_and_a_wait_that_ended_ot
     from msgstore.ha.signal import AppendSignal
 
     signal = AppendSignal()
-    passes = 0
-    resumed_after: list[int] = []
-
-    async def stream() -> None:
-        await signal.wait(60)
-        resumed_after.append(passes)
-
-    waiting = asyncio.ensure_future(stream())
+    waiting = asyncio.ensure_future(signal.wait(60))
     await asyncio.sleep(0)
     signal.notify()
-    for _ in range(5):
-        await asyncio.sleep(0)  # one pass of the loop each
-        passes += 1
-        if waiting.done():
-            break
-    assert resumed_after == [0]
+    assert await passes_until_done(waiting) == 1
     for _ in range(3):
         await signal.wait(0.001)  # timed out
     assert signal._waiting == []
@@ -285,22 +286,12 @@ async def test_a_master_told_to_follow_ends_its_followers_streams_at_once(make_s
 def test_a_signal_waited_on_from_a_second_loop_follows_it():
     """A store served again in the same process runs a new loop: waits and notifications from
     other threads must go to that one, not to the closed first loop."""
-    import threading
 
     from msgstore.ha.signal import AppendSignal
 
     signal = AppendSignal()
-
-    async def round_trip() -> None:
-        waiting = asyncio.ensure_future(signal.wait(30, signal.seq))
-        await asyncio.sleep(0)
-        thread = threading.Timer(0.05, signal.notify)
-        thread.start()
-        await asyncio.wait_for(waiting, 10)
-        thread.join()
-
-    asyncio.run(round_trip())
-    asyncio.run(round_trip())  # a new loop: before, the wait made its future on the closed one
+    asyncio.run(woken_from_a_thread(signal))
+    asyncio.run(woken_from_a_thread(signal))  # a new loop: before, the wait made its future on the closed one
     assert signal.seq == 2
 
 
@@ -375,14 +366,6 @@ def test_a_hand_off_to_a_former_loop_does_not_hold_back_the_next_loops():
         thread.start()
         thread.join()
 
-        async def woken_from_a_thread() -> None:
-            waiting = asyncio.ensure_future(signal.wait(30, signal.seq))  # binds this loop
-            await asyncio.sleep(0)
-            notifier = threading.Timer(0.05, signal.notify)
-            notifier.start()
-            await asyncio.wait_for(waiting, 10)
-            notifier.join()
-
-        asyncio.run(woken_from_a_thread())
+        asyncio.run(woken_from_a_thread(signal))  # (its wait binds the new loop)
     finally:
         former.close()

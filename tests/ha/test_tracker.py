@@ -9,6 +9,7 @@ import pytest
 
 from msgstore.ha.master import now_us
 from msgstore.ha.tracker import ReplicaTracker
+from tests.support.loop_passes import passes_until_done
 
 
 def a_tracker_with_one_follower_in_sync() -> tuple[ReplicaTracker, int]:
@@ -54,19 +55,7 @@ async def test_a_put_s_wait_resumes_in_one_pass_of_the_loop_after_its_report():
     asyncio.wait_for it took two (wait_for's own future first): on a busy loop each pass waits
     behind every other ready task, and a SYNC put waited through them twice."""
     tracker, link = a_tracker_with_one_follower_in_sync()
-    passes = 0
-    resumed_after: list[int] = []
-
-    async def put() -> None:
-        await tracker.wait(100, 1, 60)
-        resumed_after.append(passes)
-
-    waiting = asyncio.ensure_future(put())
+    waiting = asyncio.ensure_future(tracker.wait(100, 1, 60))
     await asyncio.sleep(0)
     tracker.report(link, 100)
-    for _ in range(5):
-        await asyncio.sleep(0)  # one pass of the loop each
-        passes += 1
-        if waiting.done():
-            break
-    assert resumed_after == [0]
+    assert await passes_until_done(waiting) == 1

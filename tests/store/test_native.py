@@ -102,41 +102,24 @@ def test_the_compiled_code_calls_zlib_ng_s_c_function_itself():
 
 
 @pytest.mark.parametrize("through", ["callable", "address"])
-def test_scan_finds_a_damaged_body_through_either_crc(through):
+def test_scan_finds_a_damaged_body_through_either_crc(through, monkeypatch):
     """A body byte flipped after its record was written: the CRC check (recovery's, with
-    checkCRCOnRecover) stops there, whichever form of the CRC function it was given."""
-    crc_fn = codec._crc32 if through == "callable" else crc.FOR_NATIVE
+    checkCRCOnRecover) stops there, whichever form of the CRC function scan_records hands the
+    compiled scan."""
+    monkeypatch.setattr(codec, "_crc_native", codec._crc32 if through == "callable" else crc.FOR_NATIVE)
     batch = codec.PreparedBatch(
         "Topic_1", 3, [Message("Topic_1", b"first body", queue_id=3), Message("Topic_1", b"second body", queue_id=3)], HOST, 1, False
     )
     data = bytearray(batch.finalize(0, 0, 77))
     size = batch.sizes[0]
     at = data.index(b"second body")
-    cols = codec.Columns(8, 32)
-    args = (
-        0,
-        len(data),
-        True,
-        crc_fn,
-        0,
-        cols.phys,
-        cols.sizes,
-        cols.topic_ids,
-        cols.queue_ids,
-        cols.queue_offsets,
-        cols.tags_codes,
-        cols.store_timestamps,
-        cols.sys_flags,
-        cols.key_hashes,
-        cols.key_owner,
-        {},
-        [],
-    )
-    assert native.scan(bytes(data), *args)[:4] == (2, 0, len(data), "limit")
+    cols, pos, stop, _bad = codec.scan_records(bytes(data), 0, len(data), True, 0)
+    assert (len(cols), len(cols.key_hashes), pos, stop) == (2, 0, len(data), "limit")
     data[at] ^= 0x01
-    n, _nk, pos, stop, _bad = native.scan(bytes(data), *args)
-    assert (n, pos, stop) == (1, size, "bad")
-    assert native.scan(bytes(data), 0, len(data), False, *args[3:])[:4] == (2, 0, len(data), "limit")
+    cols, pos, stop, _bad = codec.scan_records(bytes(data), 0, len(data), True, 0)
+    assert (len(cols), pos, stop) == (1, size, "bad")
+    cols, pos, stop, _bad = codec.scan_records(bytes(data), 0, len(data), False, 0)
+    assert (len(cols), len(cols.key_hashes), pos, stop) == (2, 0, len(data), "limit")
 
 
 def test_index_hashes_and_jhash():
