@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -79,12 +80,16 @@ class Console:
         self.log.close()
 
 
-def browser() -> webdriver.Chrome:
+def browser(tmp: str) -> webdriver.Chrome:
+    """Chromium with its temporary files (a singleton socket's directory per start) under
+    ``tmp``, which the caller removes: in the system's /tmp every run left one behind. (A
+    short path: the socket's must fit a sockaddr_un, which pytest's tmp_path does not.)"""
     opts = webdriver.ChromeOptions()
     opts.binary_location = shutil.which("chromium") or ""
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1000"):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": tmp})
+    driver = webdriver.Chrome(service=service, options=opts)
     driver.set_page_load_timeout(60)
     return driver
 
@@ -169,6 +174,7 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
 
     console = None
     driver = None
+    chromium_tmp = tempfile.mkdtemp(prefix="msgstore-chromium-")
     producer = threading.Thread(target=produce, daemon=True)
     try:
         ops.create_topic("orders", 4)
@@ -189,7 +195,7 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
         producer.start()
 
         console = Console(addresses, str(tmp_path))
-        driver = browser()
+        driver = browser(chromium_tmp)
 
         # nothing without signing in: the store checks its callers
         driver.get(console.url("/groups"))
@@ -333,6 +339,7 @@ def test_the_console_in_a_browser_against_a_replicated_store_under_load(store, t
             producer.join(10)
         if driver is not None:
             driver.quit()
+        shutil.rmtree(chromium_tmp, ignore_errors=True)
         if console is not None:
             console.stop()
         ops.close()
