@@ -200,7 +200,9 @@ def test_the_console_shows_the_stores_conditions_and_the_operators_events(k8s: K
     with open(tmp_path / "console.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "msgstore.cli", "console", "--server", servers, "--port", str(port), "--kubernetes", f"{NS}/orders"],
-            env=dict(k8s.env, PYTHONPATH=os.path.join(ROOT, "server")),
+            # (TMPDIR: the Kubernetes client writes the kubeconfig's certificates and key to
+            # temporary files it removes at exit, which a SIGKILL skips: in /tmp, every run left three)
+            env=dict(k8s.env, PYTHONPATH=os.path.join(ROOT, "server"), TMPDIR=str(tmp_path)),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
