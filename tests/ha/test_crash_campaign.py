@@ -62,7 +62,7 @@ def acked_count(producers: list[Producer]) -> int:
     return sum(len(p.acked) for p in producers)
 
 
-def strand_a_tail(c: Client, master, followers) -> None:
+def strand_a_tail(c: Client, master, followers) -> int:
     """Pause every follower and wait until the master holds bytes none of them can have: puts
     land on the master alone and wait for a replica that never answers. One put of our own,
     its route fetched before the pause, makes sure one lands: the producers' own may not in
@@ -85,6 +85,7 @@ def strand_a_tail(c: Client, master, followers) -> None:
     sender.start()
     try:
         wait_until(lambda: role(c, master).end_offset > end, timeout=30, what=f"{master.name} to write past its followers")
+        return role(c, master).end_offset  # what the master holds, the followers not
     finally:
         sender.join(15)
         own.close()
@@ -98,13 +99,13 @@ def test_no_acknowledged_message_is_lost_through_master_crashes(groups):
     for p in producers:
         p.start()  # three at once: a kill often lands while a put is on the master alone
     master = g.members[0]
+    stranded = 0  # tails the new master lacked: each must be cut at the old master's rejoin
     try:
         for kill in range(KILLS):
             before = acked_count(producers)
             wait_until(lambda b=before: acked_count(producers) >= b + 30, timeout=60, what=f"acks before kill {kill + 1}")
             followers = [m for m in g.members if m is not master]
-            if kill % 5 == 2:
-                strand_a_tail(c, master, followers)
+            stranded_to = strand_a_tail(c, master, followers) if kill % 5 == 2 else None
             master.kill()
             for m in followers:
                 os.kill(m.proc.pid, signal.SIGCONT)  # no-op unless strand_a_tail paused them
@@ -113,6 +114,11 @@ def test_no_acknowledged_message_is_lost_through_master_crashes(groups):
             other = next(m for m in followers if m is not new)
             promoted = c.admin(new.address).promote(mode="SYNC")
             assert promoted.role == "MASTER" and promoted.end_offset >= max(ends.values())
+            # stranded unless the new master has the tail after all: chunks the master had handed
+            # to the kernel before its kill can still reach a follower once it runs again (CI once
+            # counted 4 cuts for 5 strands)
+            if stranded_to is not None and promoted.end_offset < stranded_to:
+                stranded += 1
             c.admin(other.address).set_role(new.address)
             g.restart_as_follower(master, new)
             wait_until(lambda m=master: connected(c, m), timeout=30, what=f"{master.name} to rejoin")
@@ -152,8 +158,9 @@ def test_no_acknowledged_message_is_lost_through_master_crashes(groups):
     truncations = sum(m.whole_log().count("cutting the commit log back") for m in g.members)
     print(
         f"{KILLS} kills: {len(acked)} acknowledged, {sum(p.unconfirmed for p in producers)} unconfirmed, "
-        f"{truncations} rejoins cut a tail, {sum(len(p.errors) for p in producers)} send errors"
+        f"{truncations} rejoins cut a tail ({stranded} tails stranded), {sum(len(p.errors) for p in producers)} send errors"
     )
     assert lost == []
-    assert truncations >= KILLS // 5  # every stranded tail was cut at its master's rejoin (chance may add more)
+    assert stranded > 0  # the campaign stranded tails
+    assert truncations >= stranded  # every stranded tail was cut at its master's rejoin (chance may add more)
     assert len(acked) >= 30 * KILLS
