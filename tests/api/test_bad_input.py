@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from msgstore.client import OutMessage
 from msgstore.v1 import msgstore_pb2 as pb
 from msgstore.v1 import msgstore_pb2_grpc as pbg
+from tests.support.servers import wait_until
 
 
 @pytest.fixture
@@ -172,7 +173,8 @@ def test_a_queue_id_where_a_route_s_queue_is_expected_names_the_argument(server,
 
     assert asyncio.run(aio()) == ["INVALID_ARGUMENT queue", "INVALID_ARGUMENT queue"]
     assert client.send_batch("queues", [OutMessage(b"x")], queue=real).all_ok  # a route's queue still goes
-    assert client.queue_offsets("queues")[real][1] == 1
+    # an ack means stored, not yet dispatched (the dispatcher follows the log, as RocketMQ's reput)
+    wait_until(lambda: client.queue_offsets("queues")[real][1] == 1, timeout=10, what="the send dispatched")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
