@@ -91,7 +91,15 @@ def test_an_official_producer_through_one_address_sees_no_error_when_the_master_
             wait_until(lambda: len(sends.acked) > before + 50, timeout=30, what="sends after the failover")
             sends.halted.set()
             sends.join(30)
-            wait_until(lambda: set(sends.acked) <= receives.got, timeout=60, what="the consumer to receive every acknowledged message")
+            wait_until(
+                lambda: set(sends.acked) <= receives.got,
+                timeout=60,
+                what=lambda: (
+                    f"the consumer to receive every acknowledged message: {len(set(sends.acked) - receives.got)} of "
+                    f"{len(sends.acked)} missing, e.g. {sorted(set(sends.acked) - receives.got)[:5]}; the kill came after "
+                    f"{before}; the consumer's errors: {receives.errors[-3:]}"
+                ),
+            )
             receives.halted.set()
             receives.join(30)
         print(
