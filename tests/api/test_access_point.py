@@ -18,7 +18,7 @@ from msgstore.v1 import msgstore_pb2 as pb
 from tests.api import test_cli as cli
 from tests.rocketmq.conftest import config, started
 from tests.rocketmq.test_official_client import message, receive_all, simple
-from tests.support.servers import ServerProcess, free_port
+from tests.support.servers import ServerProcess, free_port, wait_until
 from tests.support.tcp_forwarder import TcpForwarder
 
 UNREACHABLE = "--advertise"  # each node advertises a port nothing listens on: as a pod IP seen from a laptop
@@ -230,7 +230,8 @@ def test_a_topic_on_some_groups_only_is_found_through_any_node(cluster, forwarde
     with Client(fwd.address, timeout=10) as c:
         assert {q.node for q in c.route("team").queues} == {"store-0"}
         assert {c.send("team", b"t%d" % i).node for i in range(6)} == {"store-0"}
-        got = c.receive("readers", "team", 32)
+        got: list = []  # (an ack means stored: its dispatch may come a moment later)
+        wait_until(lambda: got.extend(c.receive("readers", "team", 32)) or len(got) >= 6, timeout=10, what="six deliveries")
         assert sorted(r.body for r in got) == sorted(b"t%d" % i for i in range(6))
     with grpc.insecure_channel(fwd.address) as channel:
         stub = MessagingServiceStub(channel)

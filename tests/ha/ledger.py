@@ -79,11 +79,18 @@ class Ledger:
 
     # ------------------------------------------------------------------ reading
 
-    def read(self, client: Client, topic: str) -> dict[tuple[str, int, int], bytes]:
+    def read(self, client: Client, topic: str, settle: float = 0.0) -> dict[tuple[str, int, int], bytes]:
         """Every message of ``topic`` where the route says each queue is read now; notes any
-        place read with a body other than the one read there before."""
+        place read with a body other than the one read there before. ``settle``: a final read,
+        once the producers stopped: up to that many seconds for each master to dispatch what it
+        holds first (an ack means stored, not yet in a consume queue)."""
         held: dict[tuple[str, int, int], bytes] = {}
-        for q, (lo, hi) in client.queue_offsets(topic).items():
+        offsets = client.queue_offsets(topic)
+        if settle:
+            for address in {q.address for q in offsets}:
+                _dispatched(client, address, settle)
+            offsets = client.queue_offsets(topic)
+        for q, (lo, hi) in offsets.items():
             off = lo
             while off < hi:
                 got = client.pull(topic, q, off, max_messages=64)
@@ -255,3 +262,16 @@ def acked_on(ledger: Ledger, address: str, after: float) -> int:
 
 
 __all__ = ["Ack", "Ledger", "Producer", "QueueRef", "RecordWatch", "acked_on"]
+
+
+def _dispatched(client: Client, address: str, timeout: float) -> None:
+    """Until the node at ``address`` has nothing left to dispatch, at most ``timeout`` seconds;
+    never fails (a node that does not answer is read as it is)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if client.admin(address).status_pb().dispatch_behind_bytes == 0:
+                return
+        except StoreError:
+            return
+        time.sleep(0.02)

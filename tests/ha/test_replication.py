@@ -301,7 +301,7 @@ def test_a_consumer_reading_a_follower_that_is_behind_keeps_its_position(groups)
     caught_up(c, follower, master)
     follower.kill()
     assert all(r.ok for r in c.send_batch("behind", [OutMessage(b"b%d" % i) for i in range(20, 30)], queue=q))
-    assert c.pull("behind", q, 0, max_messages=64).next_offset == 30
+    wait_until(lambda: c.pull("behind", q, 0, max_messages=64).next_offset == 30, timeout=10, what="b20-b29 dispatched")
     t = time.monotonic()
     assert c.pull("behind", q, 40, timeout_ms=5000).next_offset == 0  # a master sends a runaway offset back at once
     assert time.monotonic() - t < 4

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from msgstore.client import Client, OutMessage
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +21,9 @@ def spark():
 
 
 def fill(client: Client, topic: str, count: int, queues: int = 4, start: int = 0, chunk: int = 500) -> None:
-    """``count`` messages spread over ``queues`` queues, each with tags and a key."""
+    """``count`` messages spread over ``queues`` queues, each with tags and a key; returns once
+    the node has dispatched them (an ack means stored: its dispatch may come a moment later,
+    and Spark reads the consume queues)."""
     route = client.route(topic)
     per_queue: dict[int, list[OutMessage]] = {}
     for i in range(start, start + count):
@@ -32,6 +34,12 @@ def fill(client: Client, topic: str, count: int, queues: int = 4, start: int = 0
         q = next(x for x in route.queues if x.queue_id == qid)
         for k in range(0, len(msgs), chunk):
             assert all(r.ok for r in client.send_batch(topic, msgs[k : k + chunk], queue=q))
+    dispatched(client)
+
+
+def dispatched(client: Client) -> None:
+    """Until the node the client was given has nothing left to dispatch."""
+    wait_until(lambda: client.admin().status_pb().dispatch_behind_bytes == 0, timeout=10, what="the node to dispatch what it stored")
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +50,6 @@ def store_node(tmp_path_factory):
     client = Client(node.address)
     fill(client, "orders", 1200)
     fill(client, "payments", 300, queues=2)
-    for q in client.route("orders").queues:  # dispatched before anyone reads
-        client.pull("orders", q, 0, timeout_ms=2000)
     yield node, client
     client.close()
     node.kill()

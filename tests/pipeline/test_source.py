@@ -8,7 +8,7 @@ import pytest
 
 from msgstore.client import Client
 from msgstore.pipeline.schema import ARROW
-from tests.pipeline.conftest import fill
+from tests.pipeline.conftest import dispatched, fill
 from tests.support.servers import ServerProcess
 
 
@@ -74,8 +74,6 @@ def test_timestamp_bounds(spark, store_node):
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     fill(client, "timed", 60, queues=2, start=40)
-    for q in client.route("timed").queues:
-        client.pull("timed", q, 0, timeout_ms=2000)
     assert live(spark, node, topics="timed", startingTimestamp=str(middle)).count() == 60
     assert live(spark, node, topics="timed", endingTimestamp=str(middle)).count() == 40
     assert live(spark, node, topics="timed", startingTimestamp=str(before), endingTimestamp=str(middle)).count() == 40
@@ -89,7 +87,6 @@ def test_fail_on_data_loss_both_ways(spark, tmp_path):
         client = Client(node.address)
         fill(client, "lossy", 400, queues=1, chunk=20)  # a batch must fit in one 8 KiB segment
         q = client.route("lossy").queues[0]
-        client.pull("lossy", q, 399, timeout_ms=2000)
         seg_dir = os.path.join(node.data_dir, "commitlog")
         old = time.time() - 7200
         for name in sorted(os.listdir(seg_dir))[:3]:
@@ -111,8 +108,6 @@ def test_fail_on_data_loss_both_ways(spark, tmp_path):
 def test_streaming_available_now_over_two_batches(spark, store_node, tmp_path):
     node, client = store_node
     fill(client, "stream", 200, queues=2)
-    for q in client.route("stream").queues:
-        client.pull("stream", q, 0, timeout_ms=2000)
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
 
     def run() -> None:
@@ -138,8 +133,6 @@ def test_streaming_available_now_over_two_batches(spark, store_node, tmp_path):
     assert [p["numInputRows"] for p in batches] == [100, 100]  # two micro-batches of maxOffsetsPerTrigger
     assert spark.read.parquet(out).count() == 200
     fill(client, "stream", 50, queues=2, start=200)
-    for q in client.route("stream").queues:
-        client.pull("stream", q, 124, timeout_ms=2000)
     run()
     rows = spark.read.parquet(out)
     assert rows.count() == 250 and rows.select("topic", "queue_id", "queue_offset").distinct().count() == 250
@@ -205,8 +198,7 @@ def test_messages_sent_with_rocketmqs_official_client_are_read_by_the_source(spa
         finally:
             producer.shutdown()
         with Client(node.address, timeout=10) as c:  # dispatched before Spark reads
-            for q in c.route("shipments").queues:
-                c.pull("shipments", q, 0, timeout_ms=2000)
+            dispatched(c)
         rows = live(spark, node, topics="shipments").select("body", "keys", "tags", "properties").collect()
     finally:
         node.kill()

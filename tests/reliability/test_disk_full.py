@@ -83,6 +83,14 @@ class Writer:
         """Every acknowledged message still in the queue is there with its body; return how
         many are gone (below the queue's minimum offset: deleted by cleanup)."""
         by_offset = {off: n for n, (off, _) in self.acked.items()}
+        want = max(by_offset, default=-1) + 1  # (an ack means stored: its dispatch may come a moment later)
+        wait_until(
+            lambda: (
+                self.stub.GetQueueOffsets(pb.GetQueueOffsetsRequest(topic=self.topic, queue_id=0), timeout=10).queues[0].max_offset >= want
+            ),
+            timeout=10,
+            what=f"every acknowledged offset below {want} dispatched",
+        )
         first = self.stub.Pull(pb.PullRequest(topic=self.topic, queue_id=0, offset=0, max_messages=1), timeout=10)
         offset = low = first.min_offset
         while True:
