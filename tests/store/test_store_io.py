@@ -8,7 +8,7 @@ import time
 import pytest
 
 from msgstore.record import codec
-from msgstore.store import GetStatus, Message, MessageStore, PutStatus, StoreLockedError
+from msgstore.store import GetStatus, Message, MessageStore, PutStatus, StoreLockedError, dispatch
 from msgstore.store.segment import msync
 
 
@@ -469,6 +469,65 @@ def test_shutdown_refuses_new_puts(make_store):
     assert r.status is PutStatus.SERVICE_NOT_AVAILABLE and "shut down" in r.reason
 
 
+def test_a_poll_leaves_a_fresh_append_to_its_own_path_and_takes_what_nobody_took(make_store, monkeypatch):
+    """Dispatcher.cycle: woken, it dispatches at once; on a poll, only what was there at the
+    previous poll too. A send's batch is dispatched by its own path (dispatch_here on the
+    event loop, or the wakeup it then makes): a poll that got there first left the arrival's
+    long polls to a hand-off from the thread. What nobody took within an interval (a put that
+    wakes nobody), the next poll takes."""
+    s = make_store()
+    s.dispatcher.limit = lambda: 0  # the store's own thread dispatches nothing here
+    d = dispatch.Dispatcher(s.commitlog, s.queues, s.index, s.flags, s.settings)
+    d.reput_from = s.dispatcher.reput_from
+    monkeypatch.setattr(dispatch, "POLL_INTERVAL", 0.0)  # each cycle() below: a poll whose time ran out
+    assert s.put_message(_msg()).ok
+    d.cycle()
+    assert s.max_offset("T", 0) == 0  # just appended: left to its own path
+    assert d.dispatch_here(16 * 1024)
+    assert s.max_offset("T", 0) == 1
+    assert s.put_message(_msg()).ok
+    d.cycle()  # the first poll to see it
+    assert s.max_offset("T", 0) == 1
+    d.cycle()  # still there a poll later: nobody took it
+    assert s.max_offset("T", 0) == 2
+    assert s.put_message(_msg()).ok
+    d.wakeup()
+    d.cycle()  # woken: at once
+    assert s.max_offset("T", 0) == 3
+
+
+def _dispatched(s, topic: str, count: int, within: float = 10.0) -> bool:
+    """Whether queue 0 of ``topic`` reaches ``count`` units within ``within`` seconds, without
+    waking the dispatcher (wait_dispatched would)."""
+    deadline = time.monotonic() + within
+    while s.max_offset(topic, 0) < count and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return s.max_offset(topic, 0) == count
+
+
+def test_an_append_that_wakes_nobody_is_dispatched_by_the_polls(make_store):
+    """put_prepared wakes no dispatcher (a send path dispatches, or wakes it, after its
+    answer): the dispatcher's polls take what nobody took."""
+    s = make_store()
+    batch = codec.prepare_batch("T", 0, [_msg()], s.commitlog.store_host_bytes, s.clock.now_ms(), s.config.maxMessageSize)
+    assert s.put_prepared(batch).status.stored
+    assert _dispatched(s, "T", 1)
+
+
+def test_a_store_put_wakes_the_dispatcher(make_store, monkeypatch):
+    """put_messages (the broker's own puts, an embedding program's) wakes the dispatcher: its
+    consumers do not wait for a poll."""
+    s = make_store()
+    d = s.dispatcher
+    monkeypatch.setattr(dispatch, "POLL_INTERVAL", 3600.0)
+    d.wakeup()  # one more cycle, after which the thread waits an hour unless woken
+    deadline = time.monotonic() + 10
+    while d._wake.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert s.put_message(_msg()).ok
+    assert _dispatched(s, "T", 1)
+
+
 def test_consumer_lag_and_messages_held(make_store):
     s = make_store()
     for i in range(10):
@@ -483,7 +542,7 @@ def test_consumer_lag_and_messages_held(make_store):
     assert s.consumer_lag() == {"billing": 2, "audit": 5}
 
 
-def test_a_small_dispatch_runs_in_the_callers_thread_a_large_one_is_left_to_the_dispatcher(make_store):
+def test_a_small_dispatch_runs_in_the_callers_thread_a_large_one_is_left_to_the_dispatcher(make_store, monkeypatch):
     """Dispatcher.dispatch_here: the event loop dispatches a trickle's batch itself, after its
     answer (no hand-off to the dispatcher's thread and back); more than ``most`` bytes, or a
     dispatch already under way, stays with the thread."""
@@ -491,6 +550,7 @@ def test_a_small_dispatch_runs_in_the_callers_thread_a_large_one_is_left_to_the_
     me = threading.current_thread()
     d = s.dispatcher
     d.limit = lambda: None if threading.current_thread() is me else 0  # (the thread dispatches nothing here)
+    monkeypatch.setattr(d, "wakeup", lambda: None)  # (nor is it at work when the puts below would wake it)
     woken = []
     s.add_arrival_listener(lambda topic, qid, max_offset: woken.append((topic, qid, max_offset, threading.current_thread())))
     for i in range(3):

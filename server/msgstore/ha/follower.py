@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -26,6 +26,9 @@ from ..v1 import ha_pb2_grpc as hpbg
 from .chunk import read_chunk
 from .epochs import Epoch
 from .master import epochs_pb
+
+if TYPE_CHECKING:
+    from ..store.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,6 +56,16 @@ async def latest_reports(outbox: asyncio.Queue[hpb.FollowerReport | None]) -> As
 
 class MasterSilent(Exception):
     """No chunk from the master within haKeepaliveTimeout."""
+
+
+def bound_dispatch(dispatcher: Dispatcher, confirm: int, prior: int, carries_data: bool) -> None:
+    """A follower dispatches no further than its master's confirm offset (what every in-sync
+    member holds; 0: no bound), set before a chunk's data is written, so that the append's
+    wakeup dispatches up to it. A bound moved by a chunk without data wakes the dispatcher
+    itself: it polls only every ``dispatch.POLL_INTERVAL``, for what woke nobody."""
+    dispatcher.limit = (lambda c=confirm: c) if confirm else None
+    if confirm != prior and not carries_data:
+        dispatcher.wakeup()
 
 
 class Follower:
@@ -177,6 +190,7 @@ class Follower:
             )
         )
         first = True
+        confirmed = -1  # the confirm offset the last chunk carried
         try:
             while True:
                 try:
@@ -213,9 +227,10 @@ class Follower:
                     self._apply_state(chunk)
                 if self.master_epochs:
                     r.group_epoch = max(r.group_epoch, self.master_epochs[-1].epoch)
+                bound_dispatch(store.dispatcher, chunk.confirm_offset, confirmed, bool(chunk.data))
+                confirmed = chunk.confirm_offset
                 if chunk.data:
                     end = await self._write(chunk.offset, chunk.data)
-                store.dispatcher.limit = (lambda c=chunk.confirm_offset: c) if chunk.confirm_offset else None
                 self.master_end = max(chunk.master_end, end)
                 if end >= chunk.master_end:
                     self.caught_up_at = time.monotonic()

@@ -40,10 +40,13 @@ class ServiceThread:
     def on_stop(self) -> None:
         """Last work after the loop ends (e.g. a final flush)."""
 
-    def wait(self, seconds: float) -> None:
-        """Sleep up to ``seconds``; returns early on :meth:`wakeup` or :meth:`stop`."""
-        if self._wake.wait(seconds):
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; returns early on :meth:`wakeup` or :meth:`stop`. Whether
+        it was woken (False: the time ran out)."""
+        woken = self._wake.wait(seconds)
+        if woken:
             self._wake.clear()
+        return woken
 
     def wakeup(self) -> None:
         self._wake.set()

@@ -893,7 +893,10 @@ class MessageStore:
             self.stats["put_failures"] += 1
             reason = e.reason if len(msgs) == 1 else f"message {e.index}: {e.reason}"
             return failed(PutStatus[e.status], reason)
-        return self.put_prepared(batch)
+        result = self.put_prepared(batch)
+        if result.status.stored:  # (the broker's own puts, an embedding program's: nobody else dispatches them)
+            self.dispatcher.wakeup()
+        return result
 
     def check_destination(self, topic: str, queue_id: int, count: int) -> PutResult | None:
         """Topic name, queue range (auto-creating the topic) and a non-empty batch."""
@@ -923,7 +926,11 @@ class MessageStore:
         prepares every queue's batch of a request before appending any of them.
 
         ``defer_flush``: under SYNC_FLUSH, return once appended; the caller then waits for
-        :meth:`request_flush` itself (the gRPC server awaits it on its event loop)."""
+        :meth:`request_flush` itself (the gRPC server awaits it on its event loop).
+
+        The caller dispatches what it appended or wakes the dispatcher (the send paths do
+        one or the other after their answer; :meth:`put_messages` wakes it): the dispatcher
+        polls only every ``dispatch.POLL_INTERVAL`` for appends that woke nobody."""
         refusal = self._write_refusal()
         if refusal is not None:
             return failed(PutStatus.SERVICE_NOT_AVAILABLE, self.flags.text(refusal), refusal)
