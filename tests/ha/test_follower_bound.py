@@ -41,11 +41,13 @@ def test_a_confirm_offset_that_moves_without_data_wakes_the_dispatcher(make_stor
     report that moved it): the follower's consumers then see the message at once, not at the
     dispatcher's next poll (an hour here)."""
     store = make_store()
-    bound_dispatch(store.dispatcher, 1, 0, carries_data=True)  # (a bound below any record: nothing goes)
+    first = _append(store)
+    assert store.wait_dispatched()
+    bound_dispatch(store.dispatcher, first, 0, carries_data=True)  # confirmed: the first record
     _parked(store, monkeypatch)
     end = _append(store)
     assert not _dispatched(store, end, 0.05)  # held back by the bound
-    bound_dispatch(store.dispatcher, end, 1, carries_data=False)
+    bound_dispatch(store.dispatcher, end, first, carries_data=False)
     assert _dispatched(store, end, 10)
 
 
@@ -54,10 +56,13 @@ def test_the_same_confirm_offset_again_or_one_with_data_does_not_wake_it(make_st
     """A chunk with data is written next, and the append wakes the dispatcher (with the bound
     already set); an unchanged bound has nothing new to dispatch. 0 lifts the bound."""
     store = make_store()
-    _parked(store, monkeypatch)
+    woken: list[bool] = []
+    monkeypatch.setattr(store.dispatcher, "wakeup", lambda: woken.append(True))
     bound_dispatch(store.dispatcher, confirm, confirm, carries_data=False)
     bound_dispatch(store.dispatcher, confirm + 5, confirm, carries_data=True)
-    assert not store.dispatcher._wake.is_set()
+    assert woken == []
     assert store.dispatcher.limit() == confirm + 5
     bound_dispatch(store.dispatcher, 0, confirm + 5, carries_data=True)
     assert store.dispatcher.limit is None
+    bound_dispatch(store.dispatcher, 9, 0, carries_data=False)  # (and a move without data does)
+    assert woken == [True]

@@ -479,7 +479,8 @@ def test_a_poll_leaves_a_fresh_append_to_its_own_path_and_takes_what_nobody_took
     s.dispatcher.limit = lambda: 0  # the store's own thread dispatches nothing here
     d = dispatch.Dispatcher(s.commitlog, s.queues, s.index, s.flags, s.settings)
     d.reput_from = s.dispatcher.reput_from
-    monkeypatch.setattr(dispatch, "POLL_INTERVAL", 0.0)  # each cycle() below: a poll whose time ran out
+    # each cycle() below waits no time: a poll whose time ran out, unless woken
+    monkeypatch.setattr(d, "wait", lambda seconds: dispatch.Dispatcher.wait(d, 0.0))
     assert s.put_message(_msg()).ok
     d.cycle()
     assert s.max_offset("T", 0) == 0  # just appended: left to its own path
@@ -522,7 +523,8 @@ def test_a_store_put_wakes_the_dispatcher(make_store, monkeypatch):
     monkeypatch.setattr(dispatch, "POLL_INTERVAL", 3600.0)
     d.wakeup()  # one more cycle, after which the thread waits an hour unless woken
     deadline = time.monotonic() + 10
-    while d._wake.is_set() and time.monotonic() < deadline:
+    while d._wake.is_set():
+        assert time.monotonic() < deadline, "the dispatcher did not take its wakeup"
         time.sleep(0.001)
     assert s.put_message(_msg()).ok
     assert _dispatched(s, "T", 1)

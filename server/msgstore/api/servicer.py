@@ -190,27 +190,33 @@ class DataPlane(GroupHandlers, RecallHandlers, PopHandlers, PullQueuesHandlers, 
                     task.add_done_callback(waiting.discard)
                     continue
                 try:
-                    answer = await self._complete(accepted)
-                except Refused as e:
-                    answer = _refusal(accepted.request_id, e.code, e.message)
-                await write(answer)
-                # after the answer is out, not before: dispatch then runs while the sender reads
-                # it, instead of holding the GIL between our append and our answer. A trickle's
-                # batch, alone in waiting, is dispatched right here; anything more (other sends
-                # came in meanwhile: the loop is busy) by the dispatcher's thread, since on the
-                # loop it slowed 64 concurrent senders by a tenth.
-                dispatcher = self.store.dispatcher
-                own = sum(res.wrote_bytes for _, res in accepted.outcomes if res.status.stored)
-                if 0 < own <= INLINE_DISPATCH_BYTES and dispatcher.dispatch_here(own):
-                    if self.server.metrics is not None:
-                        self.server.metrics.dispatched_on_loop.inc()
-                else:
-                    dispatcher.wakeup()
+                    try:
+                        answer = await self._complete(accepted)
+                    except Refused as e:
+                        answer = _refusal(accepted.request_id, e.code, e.message)
+                    await write(answer)
+                finally:  # (an answer that could not be written: what was stored is dispatched all the same)
+                    self._dispatch_after_answer(accepted)
             if waiting:
                 await asyncio.gather(*waiting)
         finally:
             for task in list(waiting):
                 task.cancel()
+            self.store.dispatcher.wakeup()  # (a request that failed midway may have appended something)
+
+    def _dispatch_after_answer(self, accepted: Accepted) -> None:
+        """After the answer is out, not before: dispatch then runs while the sender reads it,
+        instead of holding the GIL between our append and our answer. A trickle's batch, alone
+        in waiting, is dispatched right here; anything more (other sends came in meanwhile: the
+        loop is busy) by the dispatcher's thread, since on the loop it slowed 64 concurrent
+        senders by a tenth. One or the other: the dispatcher polls only for what woke nobody."""
+        dispatcher = self.store.dispatcher
+        own = sum(res.wrote_bytes for _, res in accepted.outcomes if res.status.stored)
+        if 0 < own <= INLINE_DISPATCH_BYTES and dispatcher.dispatch_here(own):
+            if self.server.metrics is not None:
+                self.server.metrics.dispatched_on_loop.inc()
+        else:
+            dispatcher.wakeup()
 
     def _dispatch_woken_later(self, a: Accepted) -> bool:
         """Whether the dispatcher will be woken when what ``a`` waits for happens: its group

@@ -142,13 +142,14 @@ class Dispatcher(ServiceThread):
 
     def cycle(self) -> None:
         """Woken (a send, a store put, a replicated chunk, a flush, a report that moves the
-        bound), dispatch at once; on a poll, only what was there at the previous poll too.
-        What a send appended is dispatched by that send's own path: on the event loop after
-        its answer (:meth:`dispatch_here`), else by the wakeup it then makes. A poll that got
-        there first took the GIL from the loop on its way to that dispatch, and left the
-        arrival's long polls to a hand-off from this thread (at 5,000 sends a second a 1 ms
-        poll took a sixth of them). So a poll takes only what nobody took within an interval:
-        an append or a bound move that woke nobody, within two intervals."""
+        bound), dispatch at once. On a poll, dispatch (up to the bound, as always) only when
+        something the previous poll saw below the bound is still not dispatched. What a send
+        appended is dispatched by that send's own path: on the event loop after its answer
+        (:meth:`dispatch_here`), else by the wakeup it then makes. A poll that got there first
+        took the GIL from the loop on its way to that dispatch, and left the arrival's long
+        polls to a hand-off from this thread (at 5,000 sends a second a 1 ms poll took a sixth
+        of them). So the polls take only what nobody took within an interval: an append or a
+        bound move that woke nobody waits at most two."""
         if self.wait(POLL_INTERVAL) or self._left_a_poll():
             self.dispatch_available()
 

@@ -1001,9 +1001,9 @@ class MessageStore:
                 return failed(PutStatus[e.status], e.reason)
             self.queues.advance(key, qoff + batch.count_offsets)
         status = PutStatus.PUT_OK
-        # The dispatcher is not woken per put: it polls every millisecond, as the reference's
-        # reput service does. Waking it here made it take the GIL while this thread sat in
-        # pwrite, and the producer then waited out whole switch intervals (half the throughput).
+        # The dispatcher is not woken here, under the put: it took the GIL while this thread sat
+        # in pwrite, and the producer then waited out whole switch intervals (half the
+        # throughput). The caller wakes it, or dispatches itself, afterwards (put_prepared).
         if isinstance(self.flusher, GroupCommitService) and batch.wait_flush and not defer_flush:
             req = self.flusher.request(app.end_offset)
             if not req.wait(self.config.syncFlushTimeout / 1000):
