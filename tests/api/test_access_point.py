@@ -149,12 +149,18 @@ def test_a_fifo_message_group_keeps_one_queue_whichever_node_the_address_leads_t
                 producer.send(m)
                 bodies.append(m.body)
     with Client(cluster[0].address, timeout=10) as c:
-        holding = []
-        for q in c.route("fifo", refresh=True).queues:
-            got = [m.body for m in c.pull("fifo", q, 0, max_messages=100).messages]
-            if got:
-                holding.append((q.node, q.queue_id, got))
-    assert len(holding) == 1 and holding[0][2] == bodies, holding
+        queues = c.route("fifo", refresh=True).queues
+
+        def holding() -> list:
+            found = [(q.node, q.queue_id, [m.body for m in c.pull("fifo", q, 0, max_messages=100).messages]) for q in queues]
+            return [h for h in found if h[2]]
+
+        def all_in() -> list | None:  # (the last send's ack means stored: its dispatch may come a moment later)
+            held = holding()
+            return held if sum(len(h[2]) for h in held) >= len(bodies) else None
+
+        held = wait_until(all_in, timeout=10, what=lambda: f"every send read back: {holding()}")
+    assert len(held) == 1 and held[0][2] == bodies, held
 
 
 def test_a_route_listing_several_access_points_skips_one_that_does_not_answer(tmp_path, forwarders):
