@@ -82,13 +82,15 @@ class Ledger:
     def read(self, client: Client, topic: str, settle: float = 0.0) -> dict[tuple[str, int, int], bytes]:
         """Every message of ``topic`` where the route says each queue is read now; notes any
         place read with a body other than the one read there before. ``settle``: a final read,
-        once the producers stopped: up to that many seconds for each master to dispatch what it
-        holds first (an ack means stored, not yet in a consume queue)."""
+        once the producers stopped: up to that many seconds for every queue to reach past its
+        last acknowledged offset first (an ack means stored, not yet in a consume queue; where
+        a mode may lose acknowledged messages the wait ends at the deadline, and :meth:`lost`
+        judges what is there)."""
         held: dict[tuple[str, int, int], bytes] = {}
         offsets = client.queue_offsets(topic)
-        if settle:
-            for address in {q.address for q in offsets}:
-                _dispatched(client, address, settle)
+        deadline = time.monotonic() + settle
+        while settle and not self._reached(offsets) and time.monotonic() < deadline:
+            time.sleep(0.02)
             offsets = client.queue_offsets(topic)
         for q, (lo, hi) in offsets.items():
             off = lo
@@ -104,6 +106,12 @@ class Ledger:
             for key, body in held.items():
                 self.seen.setdefault(key, set()).add(body)
         return held
+
+    def _reached(self, offsets: dict[QueueRef, tuple[int, int]]) -> bool:
+        """Whether every queue's end is past every offset acknowledged in it."""
+        ends = {(q.node, q.queue_id): hi for q, (_lo, hi) in offsets.items()}
+        with self.lock:
+            return all(ends.get((a.group, a.queue), 0) > a.offset for a in self.acks)
 
     def two_bodies(self) -> list[tuple[str, int, int]]:
         """Places read with different bodies at different times (a cut acknowledged message,
@@ -262,16 +270,3 @@ def acked_on(ledger: Ledger, address: str, after: float) -> int:
 
 
 __all__ = ["Ack", "Ledger", "Producer", "QueueRef", "RecordWatch", "acked_on"]
-
-
-def _dispatched(client: Client, address: str, timeout: float) -> None:
-    """Until the node at ``address`` has nothing left to dispatch, at most ``timeout`` seconds;
-    never fails (a node that does not answer is read as it is)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if client.admin(address).status_pb().dispatch_behind_bytes == 0:
-                return
-        except StoreError:
-            return
-        time.sleep(0.02)

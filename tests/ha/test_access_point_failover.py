@@ -155,7 +155,7 @@ def test_our_client_through_one_address_follows_a_switchover_without_an_error(gr
         )
         p.halt()
         assert (ledger.errors, ledger.refused) == (0, 0)
-        held = ledger.read(client, "t", settle=10)
+        held = ledger.read(client, "t", settle=5)
         assert not ledger.lost(held)
         assert etcd.record("g0")["holder"] == "m1"
     finally:

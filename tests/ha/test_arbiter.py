@@ -75,7 +75,7 @@ def test_a_stale_in_sync_claim_is_refused_and_the_recorded_set_elects(groups, et
         producer.halt()
         r = Client(m2.address, timeout=10)
         caught_up(r, m1, m2)
-        held = ledger.read(r, "t", settle=10)
+        held = ledger.read(r, "t", settle=5)
         assert not ledger.lost(held), f"{len(ledger.lost(held))} acknowledged messages lost"
         assert not ledger.acked_after_replaced()
         r.close()
@@ -109,7 +109,7 @@ def test_members_fail_over_by_themselves_and_lose_nothing_in_sync_mode(groups, e
         wait_until(lambda: follows(c, m0, new), timeout=20, what="the old master to follow")
         producer.halt()
         caught_up(c, m0, new)
-        held = ledger.read(c, "t", settle=10)
+        held = ledger.read(c, "t", settle=5)
         assert not ledger.lost(held) and not ledger.acked_after_replaced()
         assert [r["holder"] for r in watch.seen] == ["m0", new.name]
         c.close()
@@ -256,7 +256,7 @@ def test_a_member_named_master_with_a_replaced_disk_does_not_take_office(groups,
         wait_until(
             lambda: set(sent) | {b"on m1", b"after"} <= got(),
             timeout=10,
-            what=lambda: f"{set(sent) | {b'on m1', b'after'} - got()} read back",
+            what=lambda: f"{(set(sent) | {b'on m1', b'after'}) - got()} read back",
         )
     wait_until(lambda: follows(Client(m1.address), m1, new), timeout=60, what="m1 to follow the new master and copy its log")
     c.close()

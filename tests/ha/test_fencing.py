@@ -76,7 +76,7 @@ def _paused_master_round(groups, etcd, master_settings: list[str]) -> tuple[Ledg
     for p in producers:
         p.halt()
     caught_up(c, old, a)
-    held = ledger.read(c, "t", settle=10)
+    held = ledger.read(c, "t", settle=5)
     figures = {"elected": elected, "resumed": resumed, "reached": figures_reached}
     every.close()
     only_old.close()
@@ -123,7 +123,7 @@ def test_a_switchover_fences_first_and_loses_nothing_in_async_mode(groups):
     c = Client(a.address, timeout=5)
     caught_up(c, old, a)
     caught_up(c, b, a)
-    held = ledger.read(c, "t", settle=10)
+    held = ledger.read(c, "t", settle=5)
     assert not ledger.lost(held)  # a switchover loses nothing, in ASYNC mode too (its stall: make bench, suite ha)
     c.close()
     client.close()

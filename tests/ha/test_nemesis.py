@@ -373,7 +373,7 @@ class Campaign:
             if m is not master:
                 wait_until(lambda m=m: (r := self.role(m)) is not None and r.end_offset == end, timeout=30, what=f"{m.name} caught up")
         reader = Client(master.address, timeout=10)
-        held = self.ledger.read(reader, "nemesis", settle=10)
+        held = self.ledger.read(reader, "nemesis", settle=5)
         reader.close()
         for m in self.members:
             if m is not master:

@@ -281,7 +281,8 @@ def test_reads_go_to_a_follower_while_the_master_is_down_and_commits_to_the_new_
     wait_until(lambda: role(c, follower).end_offset == role(c, master).end_offset, what="metadata to follow")
     master.kill()
     q = QueueRef("g0", master.address, 0)  # what the consumer knew before the crash
-    got = c.pull("reads", q, 0, max_messages=64)  # served by the follower
+    # served by the follower (whose dispatch follows its copy of the log a moment later)
+    got = wait_until(lambda: (r := c.pull("reads", q, 0, max_messages=64)).next_offset == 30 and r, timeout=10, what="the follower's reads")
     assert [m.body for m in got.messages] == [b"r%d" % i for i in range(30)]
     c.admin(follower.address).promote()
     c.commit("billing", "reads", q, 20)  # goes to whoever is master now
