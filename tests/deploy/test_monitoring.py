@@ -214,7 +214,8 @@ def test_the_dashboard_and_alerts_read_what_a_replicated_store_exports(tmp_path)
             c.create_topic("orders", 4)
             queues = c.route("orders").queues
             for q in queues:
-                assert c.send_batch("orders", [OutMessage(b"x" * 512, keys=["k"]) for _ in range(50)], queue=q).all_ok
+                # (visible: the lag read below must count every message)
+                assert c.send_batch("orders", [OutMessage(b"x" * 512, keys=["k"]) for _ in range(50)], queue=q, visible=True).all_ok
             # a consumer group behind (it committed part of one queue) and a delivery in flight
             c.commit("billing", "orders", queues[0], 20)
             assert c.receive("audit", "orders", 1, invisible=300)
