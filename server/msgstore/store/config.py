@@ -94,6 +94,13 @@ KEYS: dict[str, KeySpec] = {
     "flushIntervalCommitLog": _k(500, True, "ms between async flushes", 1, typed=True),
     "flushCommitLogLeastPages": _k(4, True, "dirty 4 KiB pages before an async flush", 0),
     "flushCommitLogThoroughInterval": _k(10_000, True, "ms after which everything is flushed", 0),
+    "cachedCommitLogBytes": _k(
+        0,
+        True,
+        "bytes of the commit log's flushed, dispatched tail kept in the page cache; older pages are given back to the kernel "
+        "(0: never, as the reference; for VMs whose host reclaims freed memory, and pods with tight memory limits)",
+        0,
+    ),
     "syncFlushTimeout": _k(5_000, True, "ms a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT", 1, typed=True),
     "commitIntervalCommitLog": _k(200, True, "ms between write-buffer commits", 1),
     "commitCommitLogLeastPages": _k(4, True, "dirty pages before a write-buffer commit", 0),

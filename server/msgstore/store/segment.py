@@ -92,6 +92,7 @@ class Segment:
         self.flushed = 0
         self.store_timestamp = 0  # store time of the last record appended
         self.examined = 0  # bytes data_end has read (recovery reports how much tail it checked)
+        self.uncached = 0  # page cache given back below this position (drop_cached)
         self.full = False
         self._buffer = write_buffer
         self._on_release_buffer = on_release_buffer
@@ -123,6 +124,7 @@ class Segment:
 
     def set_positions(self, pos: int) -> None:
         self.wrote = self.committed = self.flushed = pos
+        self.uncached = min(self.uncached, pos)
         self.full = pos >= self.size
 
     # ------------------------------------------------------------------ writing
@@ -271,6 +273,27 @@ class Segment:
         finally:
             self.release()
         return self.flushed
+
+    def drop_cached(self, below: int) -> int:
+        """Give the page cache of flushed bytes below ``below`` back to the kernel; returns the
+        bytes given back now. Only flushed (clean) pages: nothing unwritten is ever dropped, and
+        a later read takes the bytes from the file again. Our own mapping's pages go first
+        (the kernel keeps a page a process maps), then the file's (posix_fadvise)."""
+        end = min(below, self.flushed) // PAGE * PAGE
+        begin = self.uncached
+        if end <= begin or not self.hold():
+            return 0
+        try:
+            self.mm.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+            fd = os.open(self.path, os.O_RDONLY)  # (our write descriptor may be closed meanwhile: close_writer)
+            try:
+                os.posix_fadvise(fd, begin, end - begin, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            self.uncached = end
+        finally:
+            self.release()
+        return end - begin
 
     def _data_extents(self, pos: int) -> Iterator[tuple[int, int]]:
         """(begin, end) ranges at or after ``pos`` that hold allocated blocks (holes skipped)."""

@@ -19,6 +19,8 @@ from .segment import Segment, Syncer, msync
 
 log = logging.getLogger(__name__)
 
+DROP_STEP = 8 * 1024 * 1024  # page cache is given back (drop_cached) this much at a time, at least
+
 
 class SegmentSizeError(ValueError):
     """A segment file whose length differs from the configured size (never silently resized)."""
@@ -71,6 +73,7 @@ class SegmentQueue:
         self.segments: list[Segment] = []
         self.flushed_where = 0
         self.committed_where = 0
+        self.uncached_where = 0  # drop_cached gave back the page cache below this, as far as flushed
         self.store_timestamp = 0
         self.damage: list[str] = []
         self.zero_run = zero_run  # see Segment.data_end
@@ -239,6 +242,20 @@ class SegmentQueue:
             self.store_timestamp = ts
         return not moved
 
+    def drop_cached(self, below: int) -> int:
+        """Give back the page cache of flushed bytes below offset ``below`` (Segment.drop_cached),
+        in steps of at least ``DROP_STEP``; returns the bytes given back."""
+        if below - self.uncached_where < DROP_STEP:
+            return 0
+        dropped = 0
+        for seg in list(self.segments):
+            if seg.start >= below:
+                break
+            if seg.uncached < self.segment_size:
+                dropped += seg.drop_cached(below - seg.start)
+        self.uncached_where = below
+        return dropped
+
     def commit(self, least_pages: int) -> bool:
         seg = self.find(self.committed_where, first_if_missing=self.committed_where == 0)
         if seg is None:
@@ -281,6 +298,7 @@ class SegmentQueue:
             self.segments = keep
         self.flushed_where = min(self.flushed_where, offset) if keep else 0
         self.committed_where = min(self.committed_where, offset) if keep else 0
+        self.uncached_where = min(self.uncached_where, offset) if keep else 0
         return dropped
 
     def set_positions_after_recovery(self, end: int) -> None:

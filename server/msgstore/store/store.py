@@ -28,7 +28,7 @@ from .commitlog import AppendError, CommitLog, ReadMiss
 from .config import HOT_KEYS, ConfigError, ConfigUpdate, StoreConfig, validate
 from .consume_queue import ConsumeQueue, is_filler
 from .dispatch import ArrivalListener, Dispatcher, Hint
-from .flush import FlushObserver, FlushRequest, GroupCommitService, commit_all, flush_commitlog, flush_consume_queues
+from .flush import FlushObserver, FlushRequest, GroupCommitService, commit_all, drop_cached, flush_commitlog, flush_consume_queues
 from .index import IndexService
 from .layout import DELAY_OFFSET, StoreLayout
 from .limits import ResourceGuard, ResourceLimit
@@ -399,11 +399,11 @@ class MessageStore:
             )
             self._services.append(self.committer)
         if cfg.flushDiskType == "SYNC_FLUSH":
-            self.flusher = GroupCommitService(cl, cp, self.flush_observers, self.dispatcher.wakeup)
+            self.flusher = GroupCommitService(cl, cp, self.flush_observers, self.dispatcher.wakeup, self._give_back_cache)
         else:
             self.flusher = PacedService(
                 "flush-commitlog",
-                lambda least: flush_commitlog(cl, cp, self.flush_observers, least),
+                self._flush_commitlog,
                 lambda: (
                     self.config.flushIntervalCommitLog,
                     self.config.flushCommitLogLeastPages,
@@ -459,6 +459,16 @@ class MessageStore:
         still wait in its buffer."""
         if self.committer is not None and end > self.commitlog.committed_offset:
             self.committer.hurry()
+
+    def _flush_commitlog(self, least_pages: int) -> bool:
+        """ASYNC_FLUSH's pass: flush, then give back the page cache far behind (flush.drop_cached)."""
+        moved = flush_commitlog(self.commitlog, self.checkpoint, self.flush_observers, least_pages)
+        if moved:
+            self._give_back_cache()
+        return moved
+
+    def _give_back_cache(self) -> None:
+        drop_cached(self.commitlog, self.dispatcher.reput_from, self.config.cachedCommitLogBytes)
 
     def _flush_consume_queues(self, least_pages: int) -> None:
         """Flush the queues written since the last pass; every ``queueStateInterval`` (when any
