@@ -15,6 +15,7 @@ import os
 import pytest
 
 from msgstore.store import GetStatus, Message, MessageStore
+from msgstore.store.segment import Segment
 from msgstore.store.segment_queue import DROP_STEP
 from tests.support.servers import wait_until
 
@@ -86,17 +87,17 @@ def test_flushed_pages_far_behind_are_given_back_and_read_again_from_the_file(tm
         segments = sorted(os.listdir(cl))
         assert len(segments) >= 6
         # what lies wholly more than keep and a step behind the end is given back (a read of a
-        # segment's head may bring its first 64 KiB back: one fault-around), the tail is not
+        # segment's head may bring its first pages back: one read-around, at most 32), the tail is not
         behind = [name for name in segments if int(name) + SEGMENT <= end - keep - DROP_STEP]
         assert len(behind) >= 3
         wait_until(
-            lambda: all(resident_pages(os.path.join(cl, name)) <= 16 for name in behind),
+            lambda: all(resident_pages(os.path.join(cl, name)) <= 32 for name in behind),
             timeout=10,
             what=lambda: f"the page cache given back: {[(name, resident_pages(os.path.join(cl, name))) for name in segments]}",
         )
-        assert resident_pages(os.path.join(cl, segments[-1])) > 16
+        assert resident_pages(os.path.join(cl, segments[-1])) > 32
         read_back(store, n)
-        assert resident_pages(os.path.join(cl, segments[1])) > 16  # read again from the file
+        assert resident_pages(os.path.join(cl, segments[1])) > 32  # read again from the file
 
 
 def test_by_default_the_page_cache_is_the_kernel_s_as_in_the_reference(tmp_path):
@@ -107,4 +108,24 @@ def test_by_default_the_page_cache_is_the_kernel_s_as_in_the_reference(tmp_path)
         wait_until(lambda: store.commitlog.flushed_offset >= end, timeout=10, what="the flush")
         cl = os.path.join(store.root, "commitlog")
         first = os.path.join(cl, sorted(os.listdir(cl))[0])
-        assert resident_pages(first) >= 0.9 * SEGMENT // mmap.PAGESIZE
+        assert resident_pages(first) >= 0.5 * SEGMENT // mmap.PAGESIZE
+
+
+def test_a_truncation_to_a_record_boundary_leaves_the_next_give_back_page_aligned(tmp_path):
+    """A follower cut back (truncate_dirty -> set_positions) to a record boundary inside what
+    was given back; madvise wants a page-aligned start, and an unaligned one failed every flush
+    after (the cold review)."""
+    path = str(tmp_path / "00000000000000000000")
+    seg = Segment(path, 0, SEGMENT, create=True, preallocate=SEGMENT)
+    try:
+        seg.append(b"x" * (3 * MiB))
+        seg.flush(0)
+        assert seg.drop_cached(2 * MiB) == 2 * MiB
+        seg.set_positions(MiB + 1000)  # (a record boundary, not a page's)
+        assert seg.uncached % mmap.PAGESIZE == 0 and seg.uncached <= MiB + 1000
+        seg.append(b"y" * (2 * MiB))
+        seg.flush(0)
+        assert seg.drop_cached(SEGMENT) == MiB and seg.uncached == 2 * MiB  # (to a 2 MiB folio's edge: not all of it is flushed)
+        assert seg.read(MiB + 1000, 4) == b"yyyy" and seg.read(MiB, 4) == b"xxxx"
+    finally:
+        seg.close()

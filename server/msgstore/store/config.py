@@ -97,8 +97,8 @@ KEYS: dict[str, KeySpec] = {
     "cachedCommitLogBytes": _k(
         0,
         True,
-        "bytes of the commit log's flushed, dispatched tail kept in the page cache; older pages are given back to the kernel "
-        "(0: never, as the reference; for VMs whose host reclaims freed memory, and pods with tight memory limits)",
+        "the page cache of commit-log bytes further than this behind the flushed, dispatched end is given back to the kernel, "
+        "once (0: never, as the reference; for VMs whose host reclaims freed memory, and pods with tight memory limits)",
         0,
     ),
     "syncFlushTimeout": _k(5_000, True, "ms a SYNC_FLUSH put waits before FLUSH_DISK_TIMEOUT", 1, typed=True),

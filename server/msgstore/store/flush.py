@@ -9,6 +9,7 @@ the file first. The functions here do one pass; the store wires them into servic
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,12 +45,13 @@ def flush_commitlog(commitlog: CommitLog, checkpoint: Checkpoint, observers: Ite
 def drop_cached(commitlog: CommitLog, dispatched: int, keep: int) -> int:
     """Give the kernel back the page cache of the commit log's bytes more than ``keep`` behind
     both its flushed end and ``dispatched`` (the dispatcher reads every record once; 0: never
-    give back). Where fresh memory is dear (a VM whose host takes back
-    the pages its guest frees: page-cache growth cost 2.6 us per KiB appended here, half of a
-    batched send's server CPU), the next appends reuse these pages; and a pod's page cache,
-    which counts against its memory limit, stays within ``keep`` for the log. Readers further
-    behind read the file (clean pages only: nothing unflushed is dropped)."""
-    if keep <= 0:
+    give back). Where fresh memory is dear (a VM whose host takes back the pages its guest
+    frees: page-cache growth cost 2.6 us per KiB appended here, half of a batched send's server
+    CPU), the next appends reuse these pages; and what appends add to a pod's page cache, which
+    counts against its memory limit, stays near ``keep``. Each range is given back once: what a
+    reader further behind brings back again (from the file) is the kernel's to reclaim. Clean
+    pages only: nothing unflushed is dropped. Where the platform has no posix_fadvise, nothing."""
+    if keep <= 0 or not hasattr(os, "posix_fadvise"):
         return 0
     return commitlog.segments.drop_cached(min(commitlog.flushed_offset, dispatched) - keep)
 

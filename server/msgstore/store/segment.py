@@ -18,6 +18,7 @@ from ..record.codec import Buffer
 log = logging.getLogger(__name__)
 
 PAGE = mmap.PAGESIZE
+FOLIO = 2 * 1024 * 1024  # the largest page-cache folio to expect (drop_cached)
 Syncer = Callable[[mmap.mmap, int, int], None]
 
 
@@ -124,7 +125,7 @@ class Segment:
 
     def set_positions(self, pos: int) -> None:
         self.wrote = self.committed = self.flushed = pos
-        self.uncached = min(self.uncached, pos)
+        self.uncached = min(self.uncached, pos // PAGE * PAGE)  # (madvise wants a page-aligned start)
         self.full = pos >= self.size
 
     # ------------------------------------------------------------------ writing
@@ -279,8 +280,11 @@ class Segment:
         bytes given back now. Only flushed (clean) pages: nothing unwritten is ever dropped, and
         a later read takes the bytes from the file again. Our own mapping's pages go first
         (the kernel keeps a page a process maps), then the file's (posix_fadvise)."""
-        end = min(below, self.flushed) // PAGE * PAGE
-        begin = self.uncached
+        end = min(below, self.flushed)
+        # a large folio partly inside the range is skipped by the kernel and never retried:
+        # steps end on folio boundaries until the segment is wholly behind
+        end = end // PAGE * PAGE if end >= self.size else end // FOLIO * FOLIO
+        begin = self.uncached // PAGE * PAGE
         if end <= begin or not self.hold():
             return 0
         try:

@@ -252,7 +252,10 @@ class SegmentQueue:
             if seg.start >= below:
                 break
             if seg.uncached < self.segment_size:
-                dropped += seg.drop_cached(below - seg.start)
+                try:
+                    dropped += seg.drop_cached(below - seg.start)
+                except (OSError, ValueError) as e:  # (truncated or deleted meanwhile: a cache, never worth failing a flush)
+                    log.debug("giving back the page cache of %s: %s", seg.path, e)
         self.uncached_where = below
         return dropped
 
