@@ -26,7 +26,8 @@ ORIGIN_PROOF = "x-msgstore-origin-proof"
 ORIGIN_TIME = "x-msgstore-origin-time"
 ORIGIN_WINDOW_S = 300  # how far the vouching node's clock and this one's may differ
 HELP = (
-    "sign calls with an access key and secret key (--access-key/--secret-file, MSGSTORE_ACCESS_KEY/MSGSTORE_SECRET_KEY, Credentials(...))"
+    "sign calls with an access key and secret key (--access-key/--secret-file, MSGSTORE_ACCESS_KEY/MSGSTORE_SECRET_KEY, Credentials(...)), "
+    "or present the store's token (--token-file or MSGSTORE_TOKEN; admin commands: --admin-token-file or MSGSTORE_ADMIN_TOKEN)"
 )
 
 

@@ -30,7 +30,7 @@ def read_token(path: str | None, env: str | None) -> str | None:
         with open(path, encoding="utf-8") as f:
             token = f.read().strip()
         if not token:
-            raise ValueError(f"token file {path} is empty")
+            raise ValueError(f"{path} is empty (a token or secret key file must hold one)")
         return token
     if env and os.environ.get(env):
         return os.environ[env].strip()
@@ -90,7 +90,10 @@ def _presented(metadata) -> str | None:
 def check(expected: str, metadata) -> tuple[grpc.StatusCode, str] | None:
     token = _presented(metadata)
     if token is None:
-        return grpc.StatusCode.UNAUTHENTICATED, "this call needs `authorization: Bearer <token>` metadata"
+        return grpc.StatusCode.UNAUTHENTICATED, (
+            "this call needs the admin token as `authorization: Bearer <token>` metadata "
+            "(msgstore: --admin-token-file FILE or MSGSTORE_ADMIN_TOKEN)"
+        )
     if not hmac.compare_digest(token.encode(), expected.encode()):
         return grpc.StatusCode.PERMISSION_DENIED, "the token is not valid for this call"
     return None

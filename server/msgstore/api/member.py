@@ -105,7 +105,10 @@ def load_config_file(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if text.lstrip().startswith("{"):
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(path, f"not valid JSON: {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(path, "a JSON config file must hold an object")
         return data

@@ -5,8 +5,6 @@ The limits are the ones stated in ``proto/msgstore/v1/msgstore.proto``.
 
 from __future__ import annotations
 
-import re
-
 import grpc
 from google.protobuf.message import DecodeError
 
@@ -25,7 +23,6 @@ DEFAULT_PULL_BYTES = 4 * 1024 * 1024
 MAX_TIMEOUT_MS = 60_000
 MAX_QUERY_RESULTS = 64
 DEFAULT_QUERY_RESULTS = 32
-_GROUP_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,255}$")
 
 
 class BadRequest:
@@ -93,8 +90,9 @@ def check_topic(topic: str, field: str = "topic") -> str:
 
 
 def check_group(group: str, field: str = "group") -> str:
-    if not _GROUP_RE.match(group or ""):
-        raise InvalidArgument(field, "must be 1-255 characters of A-Z a-z 0-9 _ % | -")
+    err = codec.group_error(group or "")
+    if err:
+        raise InvalidArgument(field, err)
     return group
 
 

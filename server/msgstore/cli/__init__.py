@@ -43,6 +43,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         parser.error("topics create needs a NAME")
     if args.command == "admin" and args.action == "config" and args.config_action == "set" and not args.assignments:
         parser.error("admin config set needs KEY=VALUE")
+    if args.command == "admin" and args.action == "config" and args.config_action == "get":
+        from ..store.config import KEYS
+
+        for key in args.assignments:
+            if "=" in key:
+                parser.error(f"admin config get takes KEY names, not {key!r} (to change it: admin config set)")
+            if key not in KEYS:
+                parser.error(f"{key}: unknown configuration key")
     from ..client import StoreError
     from .common import error
 
@@ -51,6 +59,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     except StoreError as e:
         error(args, str(e), e.code.name)
         return 1
-    except (FileNotFoundError, ValueError) as e:
+    except ValueError as e:
         error(args, str(e))
+        return 2
+    except OSError as e:  # a file flag naming a directory, a path through a file, no permission
+        error(args, f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
         return 2

@@ -75,7 +75,10 @@ def _admin_one(admin, node: str, args) -> dict[str, Any]:
         return admin.status()
     if args.action == "config":
         if args.config_action == "get":
-            return {"node": node, "config": _typed_config(admin.config())}
+            values = admin.config()
+            if args.assignments:  # the keys asked for (checked in main)
+                values = {k: values[k] for k in args.assignments if k in values}
+            return {"node": node, "config": _typed_config(values)}
         from ..store.config import parse_assignments
 
         res = admin.update_config(parse_assignments(args.assignments), dry_run=args.dry_run)

@@ -138,6 +138,7 @@ def message_row(node: str, m) -> dict[str, Any]:
         "keys": " ".join(m.user_keys),
         "store_time": format_ms(m.store_timestamp),
         "body": _body_text(m.body),
+        "properties": dict(m.properties or {}),  # (--json only: the table keeps its columns)
     }
 
 

@@ -121,8 +121,8 @@ def _behind(positions: dict[Any, int], offsets: dict[Any, tuple[int, int]]) -> b
     return any(pos < offsets[q][1] for q, pos in positions.items() if q in offsets)
 
 
-def _start_positions(c, topic: str, queues, spec: str, offsets) -> dict:
-    """Where each queue starts, with a note where the asked offset had to be corrected."""
+def _start_positions(args, c, topic: str, queues, spec: str, offsets) -> dict:
+    """Where each queue starts, with a notice where the asked offset had to be corrected."""
     out = {}
     for q in queues:
         lo, hi = offsets[q]
@@ -134,12 +134,23 @@ def _start_positions(c, topic: str, queues, spec: str, offsets) -> dict:
             want = int(spec)
             out[q] = min(max(want, lo), hi)
             if want < lo:
-                note(f"{q}: offsets below {lo} were deleted by retention; reading from {lo}")
+                notice(args, "corrected", f"{q}: offsets below {lo} were deleted by retention; reading from {lo}", queue=str(q), offset=lo)
             elif want > hi:
-                note(f"{q}: offset {want} is past the end ({hi}); nothing to read there")
+                notice(args, "past the end", f"{q}: offset {want} is past the end ({hi}); nothing to read there", queue=str(q), offset=hi)
         else:
             out[q] = c.offset_by_time(topic, q, _parse_time(spec))
     return out
+
+
+def bad_topic(args) -> bool:
+    """Says so when the topic is not a name any node could hold (as ``send`` does), instead of
+    asking every node for it and answering "no topic"."""
+    from ..record import codec
+
+    err = codec.topic_error(args.topic)
+    if err:
+        error(args, f"{err} (got {args.topic[:140]!r})")
+    return err is not None
 
 
 def _refused(c, topic: str) -> str:
@@ -164,6 +175,8 @@ def cmd_pull(args) -> int:
     if args.start is not None and args.start not in ("earliest", "latest") and args.start.startswith("-"):
         error(args, f"--from {args.start}: an offset is >= 0 (or earliest, latest, an ISO time)")
         return 2
+    if bad_topic(args):
+        return 2
     with open_client(args) as c:
         listed_without: list[str] = []
         if args.topic not in c.topics(skipped=listed_without) and not listed_without:
@@ -174,7 +187,7 @@ def cmd_pull(args) -> int:
             if not args.follow:
                 error(args, f"no topic {args.topic!r} on any node (msgstore topics list shows them)")
                 return 1
-            note(f"topic {args.topic!r} does not exist yet; following it from its first message")
+            notice(args, "no topic yet", f"topic {args.topic!r} does not exist yet; following it from its first message")
         chosen = _queues(c, args.topic, args.queue, args.node)
         if isinstance(chosen, str):
             error(args, str(chosen))
@@ -186,7 +199,7 @@ def cmd_pull(args) -> int:
         queues = [q for q in chosen if q in offsets]
         # a reader for the group, not a member of it: it takes no queue from the group's members
         consumer = Consumer(c, None, args.topic, tag_filter=args.tag_filter, sql=args.sql, max_messages=min(args.max, 1024))
-        consumer.positions = _start_positions(c, args.topic, queues, args.start or "earliest", offsets)
+        consumer.positions = _start_positions(args, c, args.topic, queues, args.start or "earliest", offsets)
         if args.group and args.start is None:  # resume where the group left off
             for q in queues:
                 done = c.committed(args.group, args.topic, q)
@@ -222,7 +235,8 @@ def cmd_pull(args) -> int:
                     continue  # (a filter passed over messages that did not match: read on to what was there at the start)
                 if not args.follow and (not batch or out.count >= args.max):
                     if out.count >= args.max and batch:
-                        notice(args, "max", f"stopped after {args.max} messages (--max); more may follow", max=args.max)
+                        what = "message" if args.max == 1 else "messages"
+                        notice(args, "max", f"stopped after {args.max} {what} (--max); more may follow", max=args.max)
                     break
         except KeyboardInterrupt:
             pass
@@ -234,6 +248,8 @@ def cmd_pull(args) -> int:
 def cmd_query(args) -> int:
     """A bounded answer (``--max``), so ``--json`` prints one JSON array, ``[]`` when nothing
     matched; ``pull``, which may follow forever, prints one object per line instead."""
+    if bad_topic(args):
+        return 2
     with open_client(args) as c:
         listed_without: list[str] = []
         if args.topic not in c.topics(skipped=listed_without) and not listed_without:
@@ -258,6 +274,7 @@ def cmd_query(args) -> int:
             "keys": " ".join(m.keys),
             "store_time": format_ms(m.store_timestamp),
             "body": _body_text(m.body),
+            "properties": dict(m.properties or {}),
         }
         for node, m in found
     ]

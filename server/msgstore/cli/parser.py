@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(a)
     a = asub.add_parser("config", help="get, or set (validated as a whole; hot keys apply at once)")
     a.add_argument("config_action", choices=["get", "set"])
-    a.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
+    a.add_argument("assignments", nargs="*", metavar="KEY=VALUE", help="set: KEY=VALUE ...; get: the KEYs to show (default: all)")
     a.add_argument("--dry-run", action="store_true")
     a.add_argument("--node", help=node_help)
     _connection_options(a)

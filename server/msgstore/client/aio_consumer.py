@@ -11,7 +11,16 @@ import grpc
 
 from .aio import AsyncClient
 from .client import StoreError, pull_queues_request, pull_result
-from .consumer import CLAIM_RETRY_S, IDLE_RETRY_S, MAX_QUEUES_PER_CALL, REFUSED_CALLER, ConsumerRecord, checked_selector, plenty
+from .consumer import (
+    CLAIM_RETRY_S,
+    IDLE_RETRY_S,
+    MAX_QUEUES_PER_CALL,
+    REFUSED_CALLER,
+    ConsumerRecord,
+    check_names,
+    checked_selector,
+    plenty,
+)
 from .errors import error_from
 from .membership import BROADCASTING, CLUSTERING, DEFAULT_EXPIRY_S, DEFAULT_HEARTBEAT_S, Membership, broadcast_group, default_client_id
 from .pull_stream import AsyncPullStream, StreamEnded
@@ -38,6 +47,7 @@ class AsyncConsumer:
         """As :class:`Consumer`; call ``await start()`` (or use ``async with``) before polling."""
         if start not in ("earliest", "latest"):
             raise ValueError("start must be 'earliest' or 'latest'")
+        check_names(topic, group, client_id)
         self.client = client
         self.group = group
         self.topic = topic

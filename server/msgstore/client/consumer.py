@@ -167,6 +167,20 @@ class _Call:
 REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
+def check_names(topic: str, group: str | None, client_id: str | None) -> None:
+    """ValueError naming a topic, group or client id that every node would refuse: refused
+    there, a consumer's heartbeats and start positions are taken for a node that is down, and
+    its polls came back empty forever."""
+    err = codec.topic_error(topic)
+    if err:
+        raise ValueError(f"{err} (got {str(topic)[:140]!r})")
+    if group is not None and (err := codec.group_error(group)):
+        raise ValueError(f"group: {err} (got {str(group)[:140]!r})")
+    printable = isinstance(client_id, str) and 0 < len(client_id) <= 255 and all("!" <= ch <= "~" for ch in client_id)
+    if client_id is not None and not printable:
+        raise ValueError(f"client_id: must be 1-255 printable ASCII characters without spaces (got {str(client_id)[:140]!r})")
+
+
 def plenty(records: int, max_messages: int) -> bool:
     """A poll brought enough (a quarter of ``max_messages``) that the consumer is behind: its
     next polls read in rounds again instead of long-polling at once (both consumers' rule)."""
@@ -211,6 +225,7 @@ class Consumer:
         leaves, and its queues go to the others."""
         if start not in ("earliest", "latest"):
             raise ValueError("start must be 'earliest' or 'latest'")
+        check_names(topic, group, client_id)
         self.client = client
         self.group = group
         self.topic = topic

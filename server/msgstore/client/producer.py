@@ -27,7 +27,7 @@ import grpc
 
 from .client import Client, OutMessage, SendResult, StoreError
 from .delays import delay_properties, group_properties
-from .routing import QueueRef
+from .routing import QueueRef, first_turn
 
 
 class SendFuture:
@@ -86,7 +86,7 @@ class Producer:
         self.max_batch = max_batch
         self.max_buffered = max_buffered
         self._items: collections.deque = collections.deque()
-        self._turn = itertools.count()  # the next keyless batch's queue, round robin
+        self._turn = itertools.count(first_turn())  # the next keyless batch's queue, round robin
         self._wake = threading.Event()
         self._idle = False
         self._closed = False

@@ -11,6 +11,7 @@ sender allows reordering.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 import zlib
@@ -104,6 +105,13 @@ class KeyQueueDown(LookupError):
         self.queue = queue
 
 
+def first_turn() -> int:
+    """Where a round robin starts: at random, as RocketMQ's ThreadLocalIndex does. From 0, every
+    short-lived process (a CLI send, a script's first sends) put its keyless messages on the
+    first queue."""
+    return random.randrange(1 << 16)
+
+
 class Route:
     """The nodes serving a topic, with health marks for failover."""
 
@@ -111,7 +119,7 @@ class Route:
         self.topic = topic
         self.nodes = nodes
         self.fetched_at = time.monotonic()
-        self._counter = itertools.count()
+        self._counter = itertools.count(first_turn())
         self._down: dict[str, float] = {}
         self._lock = threading.Lock()
 

@@ -193,6 +193,16 @@ def topic_error(topic: object) -> str | None:
     return None
 
 
+_GROUP_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,255}$")
+
+
+def group_error(group: object) -> str | None:
+    """Why a consumer or producer group's name is illegal, or None (RocketMQ's character set)."""
+    if not isinstance(group, str) or not _GROUP_RE.match(group):
+        return "must be 1-255 characters of A-Z a-z 0-9 _ % | -"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # properties
 

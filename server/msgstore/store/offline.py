@@ -84,9 +84,19 @@ def _queue_units(directory: str, file_size: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def inspect_dir(root: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+def check_store_dir(root: str, settings: dict[str, Any] | None = None) -> None:
+    """FileNotFoundError unless ``root`` is a directory holding something of a store: a
+    mistyped path was checked as an empty store, and fsck said "ok"."""
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root} is not a directory")
+    layout = StoreLayout.of(root, StoreConfig(settings or {}))
+    marks = (layout.commitlog_dir, layout.consumequeue_dir, layout.index_dir, layout.config_dir, layout.checkpoint_path, layout.lock_path)
+    if not any(os.path.exists(p) for p in marks):
+        raise FileNotFoundError(f"{root} holds no store (no commitlog, consumequeue, index, config, checkpoint or lock)")
+
+
+def inspect_dir(root: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    check_store_dir(root, settings)
     cfg, layout = store_layout(root, settings)
     out: dict[str, Any] = {"root": layout.root, "abort_file": os.path.exists(layout.abort_path), "locked_by_pid": _lock_holder(layout)}
     cl_dir = layout.commitlog_dir
@@ -185,6 +195,7 @@ class FsckReport:
 def fsck(root: str, settings: dict[str, Any] | None = None, progress: Progress | None = None) -> FsckReport:
     """Check a store offline: records parse with good CRCs, consume-queue units point at the
     right records, and every key is in the index. Never writes."""
+    check_store_dir(root, settings)
     rep = FsckReport()
     config_dir = StoreLayout.of(root, StoreConfig()).config_dir
     problems, notes = check_config_dir(config_dir)
