@@ -464,8 +464,8 @@ def test_a_revoke_applies_to_streams_already_open(secured):
             entries=[{"resource": "topic:orders", "actions": ["pub", "sub"]}, {"resource": "group:g", "actions": ["sub"]}],
         )
         with Client(secured.address, access_key="streamer", secret_key="streamer-secret", timeout=10) as c:
-            assert c.send_batch("orders", [OutMessage(b"first")]).all_ok  # (a send stream is open now)
             q = c.route("orders").queues[0]
+            assert c.send_batch("orders", [OutMessage(b"first")], queue=q).all_ok  # (a send stream is open now)
             subscription = iter(c.subscribe("orders", q, offset=0))
             assert next(subscription).messages
             pulls = c.pull_stream(secured.address)  # a consumer's long polls

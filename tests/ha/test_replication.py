@@ -77,8 +77,8 @@ def test_metadata_follows_the_master(groups):
     master, follower = g.members
     c = g.client()
     c.create_topic("meta", 3)
-    c.send("meta", b"x")
     q = c.route("meta", refresh=True).queues[0]
+    c.send("meta", b"x", queue=q)  # (a keyless send's queue is the round robin's, which starts at random)
     c.commit("billing", "meta", q, 1)
     direct = Client(follower.address)  # calls to the follower itself, not routed to its master
     req = pb.GetCommittedOffsetRequest(group="billing", topic="meta", queue_id=q.queue_id)
