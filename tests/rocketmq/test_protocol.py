@@ -363,3 +363,62 @@ def test_a_receipt_of_a_group_the_store_does_not_know_is_invalid(stub):
         s.AckMessageRequest(group=res("g"), topic=res("t"), entries=[s.AckMessageEntry(receipt_handle=stray)]), timeout=10
     )
     assert ack.status.code == d.INVALID_RECEIPT_HANDLE and "no-such-group" in ack.status.message
+
+
+# ---------------------------------------------------------------------- a trial with the official client
+
+
+def test_a_send_to_a_topic_that_does_not_exist_is_topic_not_found(servers):
+    """It was BAD_REQUEST ("MESSAGE_ILLEGAL: topic ... does not exist"), which the client retried."""
+    node = servers("strict", settings=["autoCreateTopicEnable=false"])
+    with grpc.insecure_channel(node.address) as channel:
+        resp = send(MessagingServiceStub(channel), msg(topic="missing"))
+    assert resp.status.code == d.TOPIC_NOT_FOUND and resp.status.message.startswith("messages[0].topic.name"), resp.status
+    assert "MESSAGE_ILLEGAL" not in resp.status.message
+
+
+def test_a_topic_with_a_message_type_takes_that_type_only(stub, server):
+    """RocketMQ's proxy checks a send's type against its topic's (enableTopicMessageTypeCheck):
+    every type was stored in any topic."""
+    c = Client(server.address, timeout=10)
+    c.create_topic("fifo-only", 2, message_type="FIFO")
+    c.create_topic("mixed", 2, message_type="MIXED")
+    c.create_topic("untyped", 2)
+    normal = send(stub, msg("fifo-only"))
+    assert normal.status.code == d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, normal.status
+    assert normal.status.message.startswith("messages[0].system_properties.message_type") and "FIFO" in normal.status.message
+    assert send(stub, msg("fifo-only", message_type=d.FIFO, message_group="g")).status.code == d.OK
+    at = datetime_ts(days=1)
+    for topic in ("mixed", "untyped"):
+        assert send(stub, msg(topic)).status.code == d.OK
+        assert send(stub, msg(topic, message_id="0A" * 17, message_type=d.DELAY, delivery_timestamp=at)).status.code == d.OK
+
+
+def test_bad_properties_and_groups_are_told_for_what_they_are(stub):
+    big = msg()
+    big.user_properties["p"] = "v" * 40_000
+    resp = send(stub, big)
+    assert resp.status.code == d.MESSAGE_PROPERTIES_TOO_LARGE and resp.status.message.startswith("messages[0].user_properties"), resp.status
+    value = msg()
+    value.user_properties["pv"] = "a\x01b"
+    resp = send(stub, value)
+    assert resp.status.code == d.BAD_REQUEST and "the value" in resp.status.message and "reserved" not in resp.status.message
+    resp = send(stub, msg(message_type=d.FIFO, message_group="g\x01"))
+    assert resp.status.code == d.ILLEGAL_MESSAGE_GROUP and "\\x00-\\x02" in resp.status.message, resp.status
+    resp = send(stub, msg(tag="t\x01x"))
+    assert resp.status.code == d.ILLEGAL_MESSAGE_TAG and "\\x00-\\x02" in resp.status.message, resp.status
+    ack = stub.AckMessage(
+        s.AckMessageRequest(group=res("g"), topic=res("t"), entries=[s.AckMessageEntry(receipt_handle="bogus")]), timeout=10
+    )
+    assert ack.entries[0].status.code == d.INVALID_RECEIPT_HANDLE
+    assert ack.entries[0].status.message.count("receipt_handle") == 1, ack.entries[0].status.message
+
+
+def test_a_receipt_naming_a_group_with_control_bytes_is_told_printably(stub):
+    from msgstore.record.receipt import Receipt
+
+    stray = Receipt("g", "t", 0, 0, 0, 1, "vm-0\x00\x00").encode()
+    ack = stub.AckMessage(
+        s.AckMessageRequest(group=res("g"), topic=res("t"), entries=[s.AckMessageEntry(receipt_handle=stray)]), timeout=10
+    )
+    assert ack.status.code == d.INVALID_RECEIPT_HANDLE and "\x00" not in ack.status.message and "\\x00" in ack.status.message

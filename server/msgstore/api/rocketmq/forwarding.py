@@ -65,7 +65,7 @@ class Forwarder:
         address, known = await server.relay.master_of(group)
         if not known and group != server._group_name():
             code, field = UNKNOWN_GROUP.get(method, (d.INVALID_RECEIPT_HANDLE, "receipt_handle"))
-            raise Refusal(code, f"{field}: names group {group}, which this store does not know")
+            raise Refusal(code, f"{field}: names group {group[:80]!r}, which this store does not know")
         left = context.time_remaining()  # the caller's deadline, passed on (TIMEOUT_S when it set none)
         deadline = time.monotonic() + (TIMEOUT_S if left is None else max(0.001, left))
         while True:

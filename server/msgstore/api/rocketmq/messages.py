@@ -79,6 +79,7 @@ SYSTEM_PROPERTIES = frozenset(
 )
 _MESSAGE_ID = re.compile(r"^[0-9A-Fa-f]{1,128}$")
 _TAG_BAD = ("|", "\x00", "\x01", "\x02")
+SEPARATORS = "holds \\x01 or \\x02 (the record's separators)"
 MAX_KEYS = 32
 COMPRESSION_TYPE = 0x7 << 8  # RocketMQ's sys flag bits naming a compressed record's codec
 COMPRESSION_ZLIB = 0x3 << 8  # (0: zlib too, before the bits existed; LZ4 and ZSTD are left as stored)
@@ -108,17 +109,28 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
     entry = pb.SendEntry(topic=topic, queue_id=queue_id, body=_plain_body(m, field, max_body), uniq_key=sp.message_id)
     if sp.HasField("tag"):
         if not sp.tag.strip() or any(c in sp.tag for c in _TAG_BAD):
-            raise Refusal(d.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: must be non-blank and hold no '|', got {sp.tag[:40]!r}")
+            raise Refusal(
+                d.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: must be non-blank, without '|' or \\x00-\\x02, got {sp.tag[:40]!r}"
+            )
         entry.tags = sp.tag
     if len(sp.keys) > MAX_KEYS:
         raise Refusal(d.ILLEGAL_MESSAGE_KEY, f"{field}.system_properties.keys: at most {MAX_KEYS} keys, got {len(sp.keys)}")
     for k, key in enumerate(sp.keys):
         if not key.strip() or " " in key or "\x01" in key or "\x02" in key:
-            raise Refusal(d.ILLEGAL_MESSAGE_KEY, f"{field}.system_properties.keys[{k}]: non-blank, no spaces, got {key[:40]!r}")
+            raise Refusal(
+                d.ILLEGAL_MESSAGE_KEY,
+                f"{field}.system_properties.keys[{k}]: must be non-blank, without spaces or \\x01-\\x02, got {key[:40]!r}",
+            )
     entry.keys.extend(sp.keys)
     for name, value in m.user_properties.items():
-        if not name or name in SYSTEM_PROPERTIES or any(c in name + value for c in ("\x01", "\x02")):
-            raise Refusal(d.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties: {name[:40]!r} is reserved or not allowed")
+        if not name or name in SYSTEM_PROPERTIES or any(c in name for c in ("\x01", "\x02")):
+            why = "is empty" if not name else "is reserved" if name in SYSTEM_PROPERTIES else SEPARATORS
+            raise Refusal(d.ILLEGAL_MESSAGE_PROPERTY_KEY, f"{field}.user_properties: the name {name[:40]!r} {why}")
+        if any(c in value for c in ("\x01", "\x02")):
+            raise Refusal(
+                d.BAD_REQUEST,  # (StatusCode.md has no code for a property value)
+                f"{field}.user_properties[{name[:40]!r}]: the value {SEPARATORS}",
+            )
         entry.properties[name] = value
     kind = sp.message_type
     if sp.HasField("born_timestamp") and 0 < sp.born_timestamp.seconds < SECONDS_THAT_ARE_MS:
@@ -146,9 +158,13 @@ def send_entry(m: Any, i: int, topic: str, queue_id: int, max_body: int, max_del
             }[kind],
         )
     if has_group:
-        if len(sp.message_group) > 128 or any(c in sp.message_group for c in ("\x00", "\x01", "\x02")):
+        if len(sp.message_group) > 128:
             raise Refusal(
                 d.ILLEGAL_MESSAGE_GROUP, f"{field}.system_properties.message_group: 1-128 characters, not {len(sp.message_group)}"
+            )
+        if any(c in sp.message_group for c in ("\x00", "\x01", "\x02")):
+            raise Refusal(
+                d.ILLEGAL_MESSAGE_GROUP, f"{field}.system_properties.message_group: must hold no \\x00-\\x02, got {sp.message_group[:40]!r}"
             )
         entry.properties[PROP_MESSAGE_GROUP] = sp.message_group
     if has_time:

@@ -41,7 +41,7 @@ from .protocol import SERVICE
 from .protocol import definition as d
 from .protocol import service as s
 from .renewal import Renewals
-from .status import SEND_CODES, Refusal, field_code, status
+from .status import SEND_CODES, Refusal, field_code, send_refusal, status
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALL_TYPES = (d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION)
+TYPE_OF = {"NORMAL": d.NORMAL, "FIFO": d.FIFO, "DELAY": d.DELAY, "TRANSACTION": d.TRANSACTION}  # a topic's message.type (MIXED: every type)
 MAX_BATCH = 1024
 DEFAULT_POLL_MS = 20_000
 POLL_RESERVE_MS = 500  # a long poll answers this long before the caller's deadline
@@ -104,6 +105,11 @@ def _group_of_handle(handle: str) -> str:
         return RecallHandle.decode(handle).group
     except ValueError:
         return ""
+
+
+def _reason(error: str) -> str:
+    """A msgstore.v1 result's error without the field it names (said again before it)."""
+    return error.removeprefix("receipt_handle: ")
 
 
 def _failure(name: str, e: Exception, count_error: Callable[[str, str], None]) -> Any:
@@ -299,7 +305,7 @@ class MessagingService:
             return d.READ_WRITE, ALL_TYPES
         readable, writable = bool(tc.perm & 4), bool(tc.perm & 2)  # (RocketMQ's PermName bits; 1 is "inherit")
         permission = d.READ_WRITE if readable and writable else d.READ if readable else d.WRITE if writable else d.NONE
-        one = {"NORMAL": d.NORMAL, "FIFO": d.FIFO, "DELAY": d.DELAY, "TRANSACTION": d.TRANSACTION}.get(tc.message_type)
+        one = TYPE_OF.get(tc.message_type)
         return permission, (one,) if one is not None else ALL_TYPES
 
     async def QueryRoute(self, request, context):
@@ -357,6 +363,9 @@ class MessagingService:
             if i and topic_of(m.topic, f"messages[{i}].topic") != topic:
                 raise Refusal(d.BAD_REQUEST, f"messages[{i}].topic: a batch goes to one topic ({topic}), got {m.topic.name}")
         placed = await self._fifo_placement(topic, request, context) or await self._elsewhere(topic, request, context)
+        if placed is None:  # stored in this node's group: refused here as RocketMQ's proxy refuses it
+            self._known(topic, "messages[0].topic.name")
+            self._check_types(topic, request)
         group, queues = placed if placed is not None else (self.server._group_name(), [self._queue_for(topic, m) for m in request.messages])
         if any(messages.compressed(m) for m in request.messages):  # (inflating is work: off the loop)
             entries = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._entries, request, topic, queues)
@@ -367,7 +376,7 @@ class MessagingService:
         except v.InvalidArgument as e:
             if "not running on this node" in str(e):  # (starting: a moment later it is; the client retries)
                 raise Refusal(d.INTERNAL_SERVER_ERROR, str(e)) from None
-            raise Refusal(field_code(e.field), str(e)) from None
+            raise send_refusal(e) from None
         resp = answer if isinstance(answer, pb.SendResponse) else pb.SendResponse.FromString(bytes(answer))
         out = []
         for m, r in zip(request.messages, resp.results):
@@ -389,6 +398,23 @@ class MessagingService:
         else:
             top = status(d.MULTIPLE_RESULTS, f"{len(failed)} of {len(out)} messages were not stored: see the entries")
         return s.SendMessageResponse(status=top, entries=out)
+
+    def _check_types(self, topic: str, request: Any) -> None:
+        """A topic whose ``message.type`` is one type takes messages of that type only
+        (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), as RocketMQ's proxy checks (its
+        enableTopicMessageTypeCheck); MIXED or unset: every type (RocketMQ takes unset as NORMAL)."""
+        tc = self.store.topics.get(topic)
+        expected = TYPE_OF.get(tc.message_type) if tc is not None else None
+        if expected is None:
+            return
+        for i, m in enumerate(request.messages):
+            got = m.system_properties.message_type
+            if got != expected:
+                name = d.MessageType.Name(got) if got in d.MessageType.values() else str(got)
+                raise Refusal(
+                    d.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    f"messages[{i}].system_properties.message_type: topic {topic} takes {tc.message_type} messages only, not {name}",
+                )
 
     def _entries(self, request: Any, topic: str, queues: list[int]) -> list[pb.SendEntry]:
         config = self.store.config
@@ -539,7 +565,7 @@ class MessagingService:
             s.AckMessageResultEntry(
                 message_id=e.message_id,
                 receipt_handle=e.receipt_handle,
-                status=status() if r.ok else status(d.INVALID_RECEIPT_HANDLE, f"entries[{i}].receipt_handle: {r.error}"),
+                status=status() if r.ok else status(d.INVALID_RECEIPT_HANDLE, f"entries[{i}].receipt_handle: {_reason(r.error)}"),
             )
             for i, (e, r) in enumerate(zip(request.entries, got.results))
         ]

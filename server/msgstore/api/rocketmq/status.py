@@ -81,3 +81,14 @@ def field_code(field: str, default: int = d.BAD_REQUEST) -> int:
         "properties": d.ILLEGAL_MESSAGE_PROPERTY_KEY,
         "body": d.MESSAGE_BODY_TOO_LARGE,
     }.get(last, default)
+
+
+def send_refusal(e: Any) -> Refusal:
+    """A msgstore.v1 InvalidArgument of the Send a SendMessage became, in the v2 request's terms:
+    ``entries[i]`` is ``messages[i]`` there, and properties too large for a record are
+    MESSAGE_PROPERTIES_TOO_LARGE (not a property key's fault)."""
+    field, _, reason = str(e).partition(": ")
+    v2_field = field.replace("entries[", "messages[", 1).replace(".properties", ".user_properties")
+    if field.endswith(".properties") and "encoded exceed" in reason:
+        return Refusal(d.MESSAGE_PROPERTIES_TOO_LARGE, f"{v2_field}: {reason}")
+    return Refusal(field_code(e.field), f"{v2_field}: {reason}")
