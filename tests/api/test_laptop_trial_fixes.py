@@ -109,3 +109,12 @@ def test_a_call_without_the_admin_token_says_which_flag_gives_it(servers, tmp_pa
     out = cli("admin", "status", "--server", node.address)
     assert out.returncode == 1 and "--admin-token-file" in out.stderr.decode(), out.stderr
     assert cli("admin", "status", "--server", node.address, "--admin-token-file", str(token)).returncode == 0
+
+
+def test_admin_status_json_gives_64_bit_numbers_as_numbers(server):
+    """proto3's JSON mapping writes int64 as strings: "max_phy_offset": "601" beside real numbers."""
+    with Client(server.address, timeout=10) as c:
+        c.send("t", b"x")
+    st = json.loads(cli("--json", "admin", "status", "--server", server.address).stdout)
+    assert isinstance(st["max_phy_offset"], int) and st["max_phy_offset"] > 0
+    assert isinstance(st["recovery"]["duration_ms"], int) and isinstance(st["config_generation"], int)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..output import proto_dict
 from ..output import table as _table
 from .common import note, open_client
 
@@ -72,7 +73,7 @@ def cmd_admin(args) -> int:
 
 def _admin_one(admin, node: str, args) -> dict[str, Any]:
     if args.action == "status":
-        return admin.status()
+        return proto_dict(admin.status_pb())  # (64-bit numbers as numbers in --json)
     if args.action == "config":
         if args.config_action == "get":
             values = admin.config()
