@@ -286,3 +286,21 @@ def test_a_pull_stream_through_an_access_point_is_served_by_its_group(cluster, f
             with pytest.raises(grpc.RpcError) as e:
                 next(answers)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
+
+
+def test_a_fifo_message_to_a_topic_of_another_type_is_refused_through_an_access_point(cluster):
+    """The message's type is checked against its topic's wherever the access point places it
+    (a message group's queue is chosen over every group's): it was checked only where the send
+    was stored in the node's own group."""
+    from rocketmq.grpc_protocol import MessagingServiceStub, definition_pb2, service_pb2
+
+    with_access_point(cluster)
+    with Client(cluster[0].address, timeout=10) as c:
+        c.create_topic("normal-only", 2, message_type="NORMAL")
+    m = definition_pb2.Message(topic=definition_pb2.Resource(name="normal-only"), body=b"x")
+    m.system_properties.message_id = "0102FC0000000147B90B193C1300000000"
+    m.system_properties.message_type = definition_pb2.FIFO
+    m.system_properties.message_group = "customer-7"
+    with grpc.insecure_channel(cluster[0].address) as channel:
+        resp = MessagingServiceStub(channel).SendMessage(service_pb2.SendMessageRequest(messages=[m]), timeout=10)
+    assert resp.status.code == definition_pb2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, resp.status

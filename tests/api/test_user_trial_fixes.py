@@ -110,6 +110,8 @@ def test_reads_and_topic_commands_say_what_they_skipped(cluster):
     for args in (("query", "seen", "--key", "k"), ("topics", "list"), ("topics", "create", "half"), ("pull", "seen")):
         out = cli(*args, *s)
         assert out.returncode == 1 and "skipped store-2" in out.stderr.decode(), (args, out.stderr)
+    said = [json.loads(line) for line in cli("--json", "pull", "seen", *s).stderr.decode().splitlines()]  # (JSON lines only)
+    assert any(n.get("notice") == "skipped" and n["node"].startswith("store-2") for n in said), said
 
 
 def test_consumer_commit_goes_on_past_a_down_node(cluster):

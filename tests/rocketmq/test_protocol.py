@@ -398,7 +398,7 @@ def test_bad_properties_and_groups_are_told_for_what_they_are(stub):
     big = msg()
     big.user_properties["p"] = "v" * 40_000
     resp = send(stub, big)
-    assert resp.status.code == d.MESSAGE_PROPERTIES_TOO_LARGE and resp.status.message.startswith("messages[0].user_properties"), resp.status
+    assert resp.status.code == d.MESSAGE_PROPERTIES_TOO_LARGE and resp.status.message.startswith("messages[0]: its properties"), resp.status
     value = msg()
     value.user_properties["pv"] = "a\x01b"
     resp = send(stub, value)

@@ -63,5 +63,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         error(args, str(e))
         return 2
     except OSError as e:  # a file flag naming a directory, a path through a file, no permission
+        if args.command == "serve" and not e.filename:  # (a running store's I/O failure keeps its traceback)
+            raise
         error(args, f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
         return 2

@@ -104,10 +104,11 @@ def notice(args, kind: str, text: str, **fields: Any) -> None:
         note(text)
 
 
-def partial(skipped: list[str], what: str) -> int:
-    """Name what could not be reached; the exit code says the result is partial (1)."""
+def partial(args, skipped: list[str], what: str) -> int:
+    """Name what could not be reached (a notice: JSON with ``--json``); the exit code says the
+    result is partial (1)."""
     for s in skipped:
-        note(f"skipped {s}: {what}")
+        notice(args, "skipped", f"skipped {s}: {what}", node=s)
     return 1 if skipped else 0
 
 

@@ -129,4 +129,4 @@ def cmd_groups(args) -> int:
                 print(
                     f"{g['group']}: {g['inflight']} in flight, {g['retrying']} waiting to be redelivered, {g['dead_letters']} dead letters"
                 )
-    return partial(skipped, "its queues are not listed")
+    return partial(args, skipped, "its queues are not listed")

@@ -242,7 +242,7 @@ def cmd_pull(args) -> int:
             pass
     if not out.count and not args.follow:
         notice(args, "no messages", "no messages")
-    return partial(skipped, "its queues were not read")
+    return partial(args, skipped, "its queues were not read")
 
 
 def cmd_query(args) -> int:
@@ -286,6 +286,6 @@ def cmd_query(args) -> int:
             out.print(row)
     if not rows:
         notice(args, "no messages", f"no messages with key {args.key!r} in topic {args.topic!r}")
-    if partial(skipped, "it was not searched"):
+    if partial(args, skipped, "it was not searched"):
         return 1
     return 0 if rows else 1

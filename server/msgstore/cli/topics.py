@@ -20,20 +20,20 @@ def cmd_topics(args) -> int:
             infos = c.create_topic(args.name, args.queues, perm=perm, message_type=args.message_type or "", skipped=skipped)
             rows = [{"topic": i.name, "queues": i.write_queue_nums, "perm": i.perm, "type": i.message_type or "-"} for i in infos]
             _emit(args, rows, ["topic", "queues", "perm", "type"])
-            return partial(skipped, "the topic was not created there: run the command again when it is back")
+            return partial(args, skipped, "the topic was not created there: run the command again when it is back")
         if args.action == "delete":
             done = c.delete_topic(args.name, force=args.force)
             _emit(
                 args, [{"topic": args.name, "deleted": r.deleted, "messages": r.messages} for r in done], ["topic", "deleted", "messages"]
             )
-            return partial(skipped, "the topic was not deleted there: run the command again when it is back")
+            return partial(args, skipped, "the topic was not deleted there: run the command again when it is back")
         topics = c.topics(skipped=skipped)
     _emit(
         args,
         [{"topic": t, "queues": " ".join(f"{n}:{q}" for n, q in per.items())} for t, per in sorted(topics.items())],
         ["topic", "queues"],
     )
-    return partial(skipped, "its topics are not listed")
+    return partial(args, skipped, "its topics are not listed")
 
 
 def cmd_route(args) -> int:

@@ -363,9 +363,12 @@ class MessagingService:
             if i and topic_of(m.topic, f"messages[{i}].topic") != topic:
                 raise Refusal(d.BAD_REQUEST, f"messages[{i}].topic: a batch goes to one topic ({topic}), got {m.topic.name}")
         placed = await self._fifo_placement(topic, request, context) or await self._elsewhere(topic, request, context)
-        if placed is None:  # stored in this node's group: refused here as RocketMQ's proxy refuses it
+        replica = self.server.replica
+        if placed is None and (replica is None or replica.is_master):
+            # stored in this node's group, whose master this is: refused here, as RocketMQ's proxy
+            # refuses it (a follower's copy of the topics may be a second old: its master says it)
             self._known(topic, "messages[0].topic.name")
-            self._check_types(topic, request)
+        self._check_types(topic, request)  # (wherever it goes: nothing where this node lacks the topic)
         group, queues = placed if placed is not None else (self.server._group_name(), [self._queue_for(topic, m) for m in request.messages])
         if any(messages.compressed(m) for m in request.messages):  # (inflating is work: off the loop)
             entries = await asyncio.get_running_loop().run_in_executor(self.server.executor, self._entries, request, topic, queues)
@@ -381,6 +384,8 @@ class MessagingService:
         out = []
         for m, r in zip(request.messages, resp.results):
             code = SEND_CODES.get(r.status, d.INTERNAL_SERVER_ERROR)
+            if r.status == pb.MESSAGE_ILLEGAL and r.error.endswith("does not exist"):  # (its master's answer)
+                code = d.TOPIC_NOT_FOUND
             out.append(
                 s.SendResultEntry(
                     status=status(code, "OK" if code == d.OK else f"{pb.SendStatus.Name(r.status)}: {r.error}"),

@@ -88,7 +88,8 @@ def send_refusal(e: Any) -> Refusal:
     ``entries[i]`` is ``messages[i]`` there, and properties too large for a record are
     MESSAGE_PROPERTIES_TOO_LARGE (not a property key's fault)."""
     field, _, reason = str(e).partition(": ")
-    v2_field = field.replace("entries[", "messages[", 1).replace(".properties", ".user_properties")
-    if field.endswith(".properties") and "encoded exceed" in reason:
-        return Refusal(d.MESSAGE_PROPERTIES_TOO_LARGE, f"{v2_field}: {reason}")
+    v2_field = field.replace("entries[", "messages[", 1)
+    if field.endswith(".properties") and "encoded exceed" in reason:  # (user properties, tag, keys and ours, together)
+        message = v2_field.removesuffix(".properties")
+        return Refusal(d.MESSAGE_PROPERTIES_TOO_LARGE, f"{message}: its properties (user properties, tag, keys and system ones) {reason}")
     return Refusal(field_code(e.field), f"{v2_field}: {reason}")
