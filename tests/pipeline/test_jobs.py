@@ -15,7 +15,7 @@ from msgstore.client import Client
 from msgstore.pipeline.archive import GROUP, archive
 from msgstore.pipeline.stats import compute, write
 from msgstore.pipeline.verify import verify
-from tests.pipeline.conftest import fill
+from tests.pipeline.conftest import dispatched, fill
 from tests.support.servers import ROOT, ServerProcess
 
 
@@ -112,3 +112,36 @@ def test_verify_command_exit_code(stopped_store):
 
     report = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert not report["ok"] and any("is not indexed" in p for p in report["problems"])
+
+
+def test_verify_counts_the_delayed_messages_records_and_refuses_a_directory_without_a_store(spark, tmp_path):
+    """A delayed message's unit in the timer's queue points at a record of the store's own
+    topic, which verify read past: a healthy store had "problems"; an empty directory was ok."""
+    from msgstore.pipeline.verify import verify
+
+    node = ServerProcess(str(tmp_path / "data"), name="delays").start()
+    try:
+        with Client(node.address) as c:
+            assert c.send("later", b"x", delay=3600).ok
+            dispatched(c)
+    finally:
+        node.terminate()
+    assert verify(spark, node.data_dir) == []
+    (tmp_path / "empty").mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "msgstore.cli", "pipeline", "verify", str(tmp_path / "empty")],
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server")),
+        timeout=120,
+    )
+    assert out.returncode == 2 and "holds no store" in out.stderr.decode(), out.stderr[-500:]
+
+
+def test_a_job_refused_for_data_loss_says_so_in_one_line():
+    from msgstore.pipeline.cli import job_error
+
+    loss = "msgstore: topic t queue n/0: offsets 100..899 were deleted by retention (the queue now starts at 900)"
+    refusal = f"msgstore.pipeline.source.DataLossError: {loss}; set failOnDataLoss=false to skip them"
+    trace = f"Traceback ...\npyspark...PythonException:\n{refusal}\n\tat org"
+    assert job_error(trace) == f"{loss}; --allow-data-loss skips them"
+    assert job_error("java.lang.OutOfMemoryError") is None

@@ -250,3 +250,34 @@ def test_the_live_input_reads_as_a_user_and_is_held_to_its_entries(spark, tmp_pa
         assert "user stranger may not" in str(e.value) and "topic:orders" in str(e.value)
     finally:
         node.kill()
+
+
+# ---------------------------------------------------------------------- a data engineer's trial
+
+
+def test_offline_offsets_mean_what_they_mean_live(spark, store_node):
+    """Offline, a queue named as node/queue (the README's form), latest as a start, earliest
+    as an end, and -1/-2 in the JSON were ignored: the read returned every message."""
+    node, _ = store_node
+    for options in (
+        {"startingOffsets": json.dumps({"orders": {"spark-node/2": 290}})},
+        {"startingOffsets": "latest"},
+        {"endingOffsets": "earliest"},
+        {"startingOffsets": json.dumps({"orders": {"1": -1}}), "endingOffsets": json.dumps({"orders": {"2": -2}})},
+    ):
+        got = {(r.queue_id, r.queue_offset) for r in offline(spark, node.data_dir, topics="orders", **options).collect()}
+        want = {(r.queue_id, r.queue_offset) for r in live(spark, node, topics="orders", **options).collect()}
+        assert got == want, options
+
+
+def test_a_typo_in_an_option_or_a_topic_is_an_error(spark, store_node):
+    """An unknown option (startingOffset) was ignored and every message read; a topic no node
+    has read nothing, and an archive of it said "nothing new"."""
+    node, _ = store_node
+    for options, named in (
+        ({"topics": "orders", "startingOffset": "latest"}, "did you mean startingOffsets?"),
+        ({"topics": "oders"}, "no topic oders"),
+    ):
+        with pytest.raises(Exception) as e:
+            live(spark, node, **options).count()
+        assert "OptionError" in str(e.value) and named in str(e.value), str(e.value)[-400:]

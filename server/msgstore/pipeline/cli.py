@@ -52,11 +52,35 @@ def run(args) -> int:
     except ImportError as e:
         print(f"error: Spark is not installed ({e}); pip install 'msgstore[spark]'", file=sys.stderr)
         return 2
+    if args.job == "verify":
+        from ..store.offline import check_store_dir
+
+        check_store_dir(args.dir)  # (before Spark starts: an empty directory was "ok")
     spark = spark_session(args.master, app=f"msgstore-{args.job}", extra={"spark.ui.showConsoleProgress": "false"})
     try:
         return {"archive": _archive, "stats": _stats, "verify": _verify}[args.job](spark, args)
+    except Exception as e:  # a job's refusal comes back wrapped in Spark's and Py4J's traces: its one line
+        reason = job_error(str(e))
+        if reason is None:
+            raise
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
     finally:
         spark.stop()
+
+
+def job_error(text: str) -> str | None:
+    """The msgstore refusal inside a failed Spark job's text (its last line naming one), in the
+    command's terms; None when there is none (our bug or Spark's: the trace stays)."""
+    found = None
+    for line in text.splitlines():
+        for kind in ("DataLossError: ", "OptionError: ", "StoreError: ", "msgstore source option "):
+            at = line.find(kind)
+            if at >= 0:
+                found = line[at + len(kind) :] if kind.endswith(": ") else line[at:]
+    if found is None:
+        return None
+    return found.replace("set failOnDataLoss=false to skip them", "--allow-data-loss skips them")
 
 
 def _archive(spark, args) -> int:

@@ -40,6 +40,10 @@ class Bound:
         for key in (f"{node}/{queue_id}", str(queue_id), "*"):
             if key in per:
                 return per[key]
+        if node == "*":  # a store directory is one node: "node-1/3" names its queue 3 whatever the node's name
+            for key, value in per.items():
+                if key.rpartition("/")[2] == str(queue_id) and "/" in key:
+                    return value
         return None
 
 
@@ -82,6 +86,31 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(name, f"expected true or false, got {raw!r}")
 
 
+OPTIONS = (
+    "endpoints",
+    "path",
+    "topics",
+    "kind",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "failOnDataLoss",
+    "systemTopics",
+    "maxMessagesPerPartition",
+    "maxOffsetsPerTrigger",
+    "token",
+    "accessKey",
+    "secretKey",
+    "tlsCa",
+    "tlsCert",
+    "tlsKey",
+    "serverName",
+)
+CANONICAL = {o.lower(): o for o in OPTIONS} | {"paths": "paths"}
+KNOWN = frozenset(CANONICAL)  # ("paths": Spark's own, from load(path))
+
+
 @dataclass(frozen=True)
 class ReaderOptions:
     endpoints: tuple[str, ...]
@@ -107,6 +136,13 @@ class ReaderOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any], streaming: bool = False) -> ReaderOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
+        for name in opts:
+            if name not in KNOWN:  # (a typo such as startingOffset read every message, silently)
+                import difflib
+
+                close = difflib.get_close_matches(name, sorted(KNOWN), n=1)
+                hint = f"did you mean {CANONICAL[close[0]]}?" if close else f"its options: {', '.join(OPTIONS)}"
+                raise OptionError(name, f"not an option of this source ({hint})")  # (Spark gives option names in lower case)
         endpoints = tuple(e.strip() for e in (opts.get("endpoints") or "").split(",") if e.strip())
         path = opts.get("path") or None
         if bool(endpoints) == bool(path):

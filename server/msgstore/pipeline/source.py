@@ -21,7 +21,7 @@ from ..broker.system_topics import is_store_topic
 from . import schema as cols
 from .columns import BATCH_ROWS, Decoder
 from .files import SegmentFile, mapped, read_kind, segment_files
-from .options import EARLIEST, LATEST, ReaderOptions
+from .options import EARLIEST, LATEST, OptionError, ReaderOptions
 
 try:  # Spark ≥ 4.2
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -119,6 +119,13 @@ def plan_queues(opts: ReaderOptions) -> list[QueueRange]:
     client = opts.client()
     try:
         parts: list[QueueRange] = []
+        skipped: list[str] = []
+        known = client.topics(skipped=skipped)
+        missing = [t for t in opts.topics if t not in known and not is_store_topic(t)]
+        for t in missing:  # a store that checks callers lists only what the caller may use: its refusal, not "no topic"
+            client.queue_offsets(t)
+        if missing and not skipped:  # (a typo read nothing and said nothing; an archive said "nothing new")
+            raise OptionError("topics", f"no topic {', '.join(missing)} on any node (msgstore topics list shows them)")
         for topic in opts.topics:
             offsets = client.queue_offsets(topic)
             for q, (lo, hi) in sorted(offsets.items(), key=lambda x: (x[0].node, x[0].queue_id)):
@@ -207,6 +214,8 @@ class Filters:
             system = sorted(t for t in names if t and is_store_topic(t))
             if system:
                 mask = both(pc.invert(pc.is_in(batch.column("topic"), pa.array(system))))
+        if o.starting.kind == "latest" or o.ending.kind == "earliest":  # (a batch read from the end, or to the start: nothing)
+            return batch.slice(0, 0)
         if o.starting.kind == "json" or o.ending.kind == "json":
             mask = both(pa.array(self._offset_mask(batch)))
         ts = batch.column("store_timestamp").cast(pa.int64())
@@ -225,11 +234,18 @@ class Filters:
         for i, (t, q) in enumerate(zip(topics, qids.tolist())):
             bounds = cache.get((t, q))
             if bounds is None:
-                lo = self.opts.starting.for_queue(t, "*", q)
-                hi = self.opts.ending.for_queue(t, "*", q)
-                bounds = cache[(t, q)] = (lo if lo is not None and lo >= 0 else 0, hi if hi is not None and hi >= 0 else 2**62)
+                bounds = cache[(t, q)] = offline_bounds(self.opts.starting.for_queue(t, "*", q), self.opts.ending.for_queue(t, "*", q))
             keep[i] = bounds[0] <= offs[i] < bounds[1]
         return keep
+
+
+def offline_bounds(start: int | None, end: int | None) -> tuple[int, int]:
+    """[first, past) queue offsets an offline read keeps of a queue, as a live read's would be:
+    latest (-1) as a start keeps nothing, earliest (-2) as an end keeps nothing."""
+    everything = 2**62
+    first = everything if start == LATEST else 0 if start is None or start == EARLIEST else start
+    past = 0 if end == EARLIEST else everything if end is None or end == LATEST else end
+    return first, past
 
 
 def read_segment(opts: ReaderOptions, part: SegmentFile) -> Iterator[pa.RecordBatch]:

@@ -15,7 +15,8 @@ def verify(spark, root: str, limit: int = 1000) -> list[str]:
     if not segments:
         return ["commitlog: no segments"] if os.path.isdir(os.path.join(root, "consumequeue")) else []
     cl_min = segments[0].start
-    src = lambda kind: spark.read.format("msgstore").option("path", root).option("kind", kind).load()  # noqa: E731
+    # (the store's own topics too: a delayed message's consume-queue unit points at its record in the timer's topic)
+    src = lambda kind: spark.read.format("msgstore").option("path", root).option("kind", kind).option("systemTopics", "true").load()  # noqa: E731
     records = src("messages").select(
         "commitlog_offset",
         F.col("topic").alias("r_topic"),
