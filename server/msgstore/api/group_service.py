@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
+from ..record import codec
 from ..v1 import msgstore_pb2 as pb
 from . import validation as v
 from .groups import MAX_EXPIRY_MS, Group, GroupRegistry
 from .pop_service import group_policy
 
-_CLIENT_ID = re.compile(r"^[\x21-\x7e]{1,255}$")
-
 
 def check_client_id(client_id: str) -> str:
-    if not _CLIENT_ID.match(client_id or ""):
-        raise v.InvalidArgument("client_id", "must be 1-255 printable ASCII characters without spaces")
+    err = codec.client_id_error(client_id or "")
+    if err:
+        raise v.InvalidArgument("client_id", err)
     return client_id
 
 

@@ -176,9 +176,8 @@ def check_names(topic: str, group: str | None, client_id: str | None) -> None:
         raise ValueError(f"{err} (got {str(topic)[:140]!r})")
     if group is not None and (err := codec.group_error(group)):
         raise ValueError(f"group: {err} (got {str(group)[:140]!r})")
-    printable = isinstance(client_id, str) and 0 < len(client_id) <= 255 and all("!" <= ch <= "~" for ch in client_id)
-    if group is not None and client_id is not None and not printable:  # (without a group it is not used)
-        raise ValueError(f"client_id: must be 1-255 printable ASCII characters without spaces (got {str(client_id)[:140]!r})")
+    if group is not None and client_id is not None and (err := codec.client_id_error(client_id)):  # (without a group it is not used)
+        raise ValueError(f"client_id: {err} (got {str(client_id)[:140]!r})")
 
 
 def plenty(records: int, max_messages: int) -> bool:

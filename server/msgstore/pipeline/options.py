@@ -107,8 +107,7 @@ OPTIONS = (
     "tlsKey",
     "serverName",
 )
-CANONICAL = {o.lower(): o for o in OPTIONS} | {"paths": "paths"}
-KNOWN = frozenset(CANONICAL)  # ("paths": Spark's own, from load(path))
+CANONICAL = {o.lower(): o for o in OPTIONS} | {"paths": "paths"}  # ("paths": Spark's own, from load(path))
 
 
 @dataclass(frozen=True)
@@ -137,10 +136,10 @@ class ReaderOptions:
     def parse(cls, options: Mapping[str, Any], streaming: bool = False) -> ReaderOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
         for name in opts:
-            if name not in KNOWN:  # (a typo such as startingOffset read every message, silently)
+            if name not in CANONICAL:  # (a typo such as startingOffset read every message, silently)
                 import difflib
 
-                close = difflib.get_close_matches(name, sorted(KNOWN), n=1)
+                close = difflib.get_close_matches(name, sorted(CANONICAL), n=1)
                 hint = f"did you mean {CANONICAL[close[0]]}?" if close else f"its options: {', '.join(OPTIONS)}"
                 raise OptionError(name, f"not an option of this source ({hint})")  # (Spark gives option names in lower case)
         endpoints = tuple(e.strip() for e in (opts.get("endpoints") or "").split(",") if e.strip())

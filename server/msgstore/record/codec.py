@@ -203,6 +203,16 @@ def group_error(group: object) -> str | None:
     return None
 
 
+_CLIENT_ID_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def client_id_error(client_id: object) -> str | None:
+    """Why a consumer's client id is illegal, or None."""
+    if not isinstance(client_id, str) or not _CLIENT_ID_RE.match(client_id):
+        return "must be 1-255 printable ASCII characters without spaces"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # properties
 
