@@ -63,6 +63,7 @@ def test_bad_topics_are_refused_everywhere(server, stub, topic):
         (dict(keys=[""]), "entries[0].keys[0]"),
         (dict(keys=["a b"]), "entries[0].keys[0]"),
         (dict(tags="x\x01y"), "entries[0].tags"),
+        (dict(tags="a||b"), "entries[0].tags"),  # no filter could match it (v2 refuses it too)
         (dict(properties={"": "v"}), "entries[0].properties"),
         (dict(properties={"p": "v\x02"}), "entries[0].properties['p']"),
         (dict(properties={"TAGS": "x"}), "entries[0].properties['TAGS']"),
