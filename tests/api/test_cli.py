@@ -187,6 +187,8 @@ def test_groups_confirms_a_policy_and_shows_it(server):
     zero = run("groups", "billing", "--max-deliveries", "0", *s, check=False)
     assert zero.returncode == 2 and "must be 1 or more, got 0" in zero.stderr.decode()
     assert "no consumer groups named nobody" in run("groups", "nobody", *s).stdout.decode()
+    listing = run("groups", *s).stdout.decode()  # a group set up before anyone consumes is listed
+    assert "no consumer groups" not in listing and "billing: not FIFO, 2 deliveries at most" in listing, listing
 
 
 def test_what_a_new_user_tripped_on_in_the_cli(server):

@@ -86,12 +86,15 @@ class GroupHandlers:
         committed = store.committed_groups()  # type: ignore[attr-defined]
         out = pb.DescribeGroupsResponse(node=self.server.node_name)  # type: ignore[attr-defined]
         entries = store.groups.groups  # type: ignore[attr-defined]
-        for name in sorted(set(live) | set(committed) | ({wanted} & set(entries) if wanted else set())):
+        # every group of the subscription table (a policy set, a commit, a pop), as RocketMQ's
+        # consumerProgress lists them, and the live ones; a group whose members all left without
+        # committing is forgotten
+        for name in sorted(set(live) | set(committed) | set(entries)):
             if wanted is not None and name != wanted:
                 continue
             g = live.get(name) or Group(name)
-            if not g.members and name not in committed and name != wanted:
-                continue  # every member left and it never committed: forgotten (unless asked for by name)
+            if not g.members and name not in committed and name not in entries:
+                continue
             topics = set(committed.get(name, ())) | {t for m in g.members.values() for t in m.topics}
             info = pb.GroupInfo(name=name, generation=g.generation, members=_members(registry, g))
             if name in entries:

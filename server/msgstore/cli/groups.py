@@ -123,7 +123,8 @@ def cmd_groups(args) -> int:
         elif rows:
             print(_table(rows, ["group", "topic", "node", "queue", "member", "host", "committed", "max", "lag"]))
         for g in report:
-            if "policy" in g and (args.group or changes):
+            shown = any(r["group"] == g["group"] for r in rows)
+            if "policy" in g and (args.group or changes or not shown):  # (a group set up before anyone consumes)
                 print(policy_text(g["group"], g["policy"]))
             if g["inflight"] or g["retrying"] or g["dead_letters"]:
                 print(
