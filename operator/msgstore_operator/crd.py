@@ -54,6 +54,41 @@ TLS_PORT_RULE = {
     "rule": "!has(self.tls) || !has(self.port) || self.port <= 65533",
     "message": "spec.port must be at most 65533 with spec.tls (the pods' health port is port + 2)",
 }
+# pods map to replica groups by the members per group (pod i is in group i // members): a change
+# would make a follower of one group's log a member of another, and adding or removing
+# replication on a store with data turns independent nodes into followers of each other
+MEMBERS_FIXED_RULE = {
+    "rule": "(has(self.replication) && has(self.replication.replicas) ? self.replication.replicas : 1) == "
+    "(has(oldSelf.replication) && has(oldSelf.replication.replicas) ? oldSelf.replication.replicas : 1)",
+    "message": "spec.replication.replicas cannot change, nor replication be switched on or off, on an existing store: pods "
+    "map to replica groups by it, so a change would put one group's log in another (make another MessageStore)",
+}
+# a StatefulSet's volumeClaimTemplates cannot change, and a bound volume keeps its class
+STORAGE_CLASS_RULE = {
+    "rule": "(has(self.storage) && has(self.storage.storageClassName) ? self.storage.storageClassName : '') == "
+    "(has(oldSelf.storage) && has(oldSelf.storage.storageClassName) ? oldSelf.storage.storageClassName : '')",
+    "message": "spec.storage.storageClassName cannot change: volumes keep the class they were made with (to start again "
+    "with another, delete the MessageStore and its PersistentVolumeClaims, data-<name>-N, and make it again)",
+}
+
+
+def fixed_size_rules() -> list[dict[str, str]]:
+    """A store refuses to start on segments of another size than its setting (as RocketMQ's
+    MappedFileQueue.load does): such a change would crash-loop every pod."""
+    rules = []
+    for key in sorted(k for k in TYPED_KEYS if KEYS[k].fixed):
+        d = KEYS[key].default
+        rules.append(
+            {
+                "rule": f"(has(self.store) && has(self.store.{key}) ? self.store.{key} : {d}) == "
+                f"(has(oldSelf.store) && has(oldSelf.store.{key}) ? oldSelf.store.{key} : {d})",
+                "message": f"spec.store.{key} cannot change: the store's segments keep the size they were written with, "
+                "and a store refuses to start on segments of another size",
+            }
+        )
+    return rules
+
+
 AUTHORIZATION_RULE = {
     "rule": "!has(self.store) || !has(self.store.authorizationEnabled) || !self.store.authorizationEnabled || has(self.adminTokenSecret)",
     "message": "spec.store.authorizationEnabled needs spec.adminTokenSecret (users are managed with the admin token)",
@@ -64,7 +99,14 @@ def spec_schema() -> dict[str, Any]:
     retention = {"type": "string", "enum": ["Retain", "Delete"]}
     return {
         "type": "object",
-        "x-kubernetes-validations": [AUTHORIZATION_RULE, TLS_SWITCH_RULE, TLS_PORT_RULE],
+        "x-kubernetes-validations": [
+            AUTHORIZATION_RULE,
+            TLS_SWITCH_RULE,
+            TLS_PORT_RULE,
+            MEMBERS_FIXED_RULE,
+            STORAGE_CLASS_RULE,
+            *fixed_size_rules(),
+        ],
         "properties": {
             "replicas": {
                 "type": "integer",
@@ -289,14 +331,21 @@ def definition() -> dict[str, Any]:
                             "description": "Pods Ready with their recovery done",
                             "jsonPath": ".status.readyReplicas",
                         },
-                        {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+                        {
+                            "name": "Nodes",
+                            "type": "integer",
+                            "description": "Store nodes asked for (spec.replicas); replicated, each is a group of "
+                            "spec.replication.replicas pods",
+                            "jsonPath": ".spec.replicas",
+                        },
                         {"name": "Disk%", "type": "integer", "jsonPath": ".status.diskUsagePercent"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "A durable message store; every replica is an independent store node with its own volume.",
+                            "description": "A durable message store of spec.replicas independent nodes: each a pod with its own "
+                            "volume or, with spec.replication, a replica group of pods.",
                             "properties": {
                                 "spec": spec_schema(),
                                 "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},

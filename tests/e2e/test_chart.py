@@ -185,7 +185,7 @@ def test_three_node_store_renders_every_object(k8s: K8s, orders):
     assert sorted(n.name for n in route.nodes) == ["orders-0", "orders-1", "orders-2"] and all(n.ready for n in route.nodes)
     # Fix 9: the printed columns say how many pods are ready, beside the desired count
     table = k8s.kubectl("get", "mstore", "orders", "-n", NS).stdout.split("\n")
-    assert table[0].split()[:4] == ["NAME", "READY", "PODS", "DESIRED"] and table[1].split()[1:4] == ["True", "3", "3"]
+    assert table[0].split()[:4] == ["NAME", "READY", "PODS", "NODES"] and table[1].split()[1:4] == ["True", "3", "3"]
 
 
 def test_the_console_shows_the_stores_conditions_and_the_operators_events(k8s: K8s, orders, tmp_path):
@@ -520,6 +520,11 @@ def test_scale_down_is_blocked_until_consumed_then_forced(k8s: K8s, orders):
     k8s.wait(lambda: "orders-1" in k8s.condition(NS, "orders", "ScaleDownBlocked").get("message", ""), 30, "blocked again")
     k8s.kubectl("annotate", "mstore", "orders", "-n", NS, "msgstore.io/force-scale-down=true")
     k8s.wait(lambda: k8s.get(f"/apis/apps/v1/namespaces/{NS}/statefulsets/orders")["spec"]["replicas"] == 1, 30, "forced")
+    k8s.wait(  # spent once used: left on, it waved every later scale-down through
+        lambda: "msgstore.io/force-scale-down" not in annotations(k8s, NS, "orders"),
+        30,
+        "the force annotation removed",
+    )
     k8s.wait(lambda: k8s.ready(NS, "orders"), 60, "Ready with one node")
 
 
@@ -1205,6 +1210,40 @@ def test_tls_cannot_be_switched_on_a_replicated_store(k8s: K8s, release):
         "patch", "mstore", "pinned-tls", "-n", NS, "--type", "merge", "-p", '{"spec": {"store": {"fileReservedTime": 7}}}'
     )  # other edits pass
     k8s.kubectl("delete", "mstore", "pinned-tls", "-n", NS, "--wait=true")
+
+
+def test_what_an_existing_store_cannot_change_is_refused_at_admission(k8s: K8s, release):
+    """A user trial: a store's members per group, replication switched on, its storage class
+    and its segment sizes were all accepted; the first re-mapped groups onto each other's logs
+    (a group lost its master), the second made a node with data a follower, the third was
+    ignored, the last crash-looped every pod. The API server now refuses each, naming it."""
+    namespace(k8s, NS)
+    paused = {"msgstore.io/pause-reconciliation": "true"}  # (no pods needed for admission)
+    plain = store_doc("fixed", replicas=2)
+    plain["metadata"]["annotations"] = paused
+    k8s.apply(plain)
+    replicated = store_doc("fixed-ha", replicas=1, replication={"replicas": 3})
+    replicated["metadata"]["annotations"] = paused
+    k8s.apply(replicated)
+
+    def patch(name: str, change: str, kind: str = "merge"):
+        return k8s.kubectl("patch", "mstore", name, "-n", NS, "--type", kind, "-p", change, check=False)
+
+    for name, change, kind, refused in (
+        ("fixed", '{"spec": {"replication": {"replicas": 2, "mode": "ASYNC"}}}', "merge", "spec.replication.replicas cannot change"),
+        ("fixed-ha", '{"spec": {"replication": {"replicas": 2}}}', "merge", "spec.replication.replicas cannot change"),
+        ("fixed-ha", '[{"op": "remove", "path": "/spec/replication"}]', "json", "spec.replication.replicas cannot change"),
+        ("fixed", '{"spec": {"storage": {"storageClassName": "fast"}}}', "merge", "spec.storage.storageClassName cannot change"),
+        ("fixed", '{"spec": {"store": {"mappedFileSizeCommitLog": 131072}}}', "merge", "spec.store.mappedFileSizeCommitLog cannot change"),
+        ("fixed", '{"spec": {"store": {"mappedFileSizeConsumeQueue": 8000}}}', "merge", "spec.store.mappedFileSizeConsumeQueue cannot"),
+    ):
+        out = patch(name, change, kind)
+        assert out.returncode != 0 and refused in out.stderr, (change, out.stderr)
+    assert patch("fixed", '{"spec": {"replication": {"replicas": 1}}}').returncode == 0  # one member: still no replication
+    assert patch("fixed-ha", '{"spec": {"replication": {"mode": "ASYNC", "inSyncReplicas": 1}}}').returncode == 0
+    assert patch("fixed", '{"spec": {"store": {"fileReservedTime": 7}}}').returncode == 0  # other edits pass
+    for name in ("fixed", "fixed-ha"):
+        k8s.kubectl("delete", "mstore", name, "-n", NS, "--wait=true")
 
 
 def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):

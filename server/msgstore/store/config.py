@@ -40,6 +40,7 @@ class KeySpec:
     choices: tuple[str, ...] | None = None
     pattern: str | None = None  # for strings, as a JSON Schema pattern (validate() checks the same)
     typed: bool = False  # a field of its own in the MessageStore CRD's spec.store and the chart's store.config
+    fixed: bool = False  # set for good by the first segment written: a store refuses files of another size
 
 
 def _k(
@@ -51,8 +52,9 @@ def _k(
     choices: tuple[str, ...] | None = None,
     pattern: str | None = None,
     typed: bool = False,
+    fixed: bool = False,
 ) -> KeySpec:
-    return KeySpec(default, type(default), hot, doc, minimum, maximum, choices, pattern, typed)
+    return KeySpec(default, type(default), hot, doc, minimum, maximum, choices, pattern, typed, fixed)
 
 
 # Every knob, with the reference's name, unit and default. ``hot`` keys are re-read by the
@@ -61,9 +63,15 @@ def _k(
 # typed keys are generated from it (scripts/render_deploy.py; a test fails when they are stale).
 KEYS: dict[str, KeySpec] = {
     # fixed at start
-    "mappedFileSizeCommitLog": _k(GiB, False, "commit-log segment size in bytes", 64, MAX_SEGMENT_SIZE, typed=True),
+    "mappedFileSizeCommitLog": _k(GiB, False, "commit-log segment size in bytes", 64, MAX_SEGMENT_SIZE, typed=True, fixed=True),
     "mappedFileSizeConsumeQueue": _k(
-        300_000 * CQ_UNIT_SIZE, False, "consume-queue segment size in bytes (rounded up to 20)", CQ_UNIT_SIZE, MAX_SEGMENT_SIZE, typed=True
+        300_000 * CQ_UNIT_SIZE,
+        False,
+        "consume-queue segment size in bytes (rounded up to 20)",
+        CQ_UNIT_SIZE,
+        MAX_SEGMENT_SIZE,
+        typed=True,
+        fixed=True,
     ),
     "maxHashSlotNum": _k(5_000_000, False, "hash slots per index file", 1, typed=True),
     "maxIndexNum": _k(20_000_000, False, "entries per index file", 2, typed=True),
@@ -76,7 +84,14 @@ KEYS: dict[str, KeySpec] = {
     "storePathConsumeQueue": _k("", False, "consume-queue directory (default <root>/consumequeue)"),
     "storePathIndex": _k("", False, "index directory (default <root>/index)"),
     # hot: cleanup
-    "fileReservedTime": _k(72, True, "hours a commit-log segment is kept", 0, typed=True),
+    "fileReservedTime": _k(
+        72,
+        True,
+        "hours a commit-log segment is kept; 0 keeps none but the one being written, read or not, past the next deleteWhen "
+        "hour (RocketMQ's meaning, not 'forever')",
+        0,
+        typed=True,
+    ),
     "deleteWhen": _k("04", True, "local hours (00-23, ';'-separated) when expired segments are deleted", pattern=HOURS_PATTERN, typed=True),
     "diskMaxUsedSpaceRatio": _k(75, True, "disk usage % above which cleanup runs", 10, 95, typed=True),
     "diskSpaceCleanForciblyRatio": _k(85, True, "disk usage % above which unexpired segments are deleted", 10, 95, typed=True),
@@ -185,7 +200,10 @@ def json_schema(key: str) -> dict[str, Any]:
         out["maximum"] = spec.maximum
     if spec.pattern:
         out["pattern"] = spec.pattern
-    out["description"] = spec.doc[0].upper() + spec.doc[1:] + ("" if spec.hot else " (applied at the next restart)") + "."
+    when = " (applied at the next restart)"
+    if spec.fixed:
+        when = " (fixed once the store has written a segment: it refuses to start on segments of another size)"
+    out["description"] = spec.doc[0].upper() + spec.doc[1:] + ("" if spec.hot else when) + "."
     return out
 
 
