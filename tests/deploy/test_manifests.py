@@ -310,8 +310,8 @@ def test_crd_has_status_subresource_short_name_and_printer_columns():
         "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"},
     }
     columns = {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
-    assert list(columns) == ["Ready", "Pods", "Desired", "Disk%", "Age"]
-    # the columns read fields the operator writes: ready pods beside the desired count
+    assert list(columns) == ["Ready", "Pods", "Nodes", "Disk%", "Age"]
+    # the columns read fields the operator writes: ready pods beside the nodes asked for (replicated: groups)
     assert columns["Pods"] == ".status.readyReplicas" and columns["Disk%"] == ".status.diskUsagePercent"
 
 
