@@ -81,6 +81,14 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
             f"{first.member} holds epoch {ours[-1].epoch} up to offset {first.end_offset}, beyond this master's end {end}: "
             "this master lost data; promote that follower instead"
         )
+    other = replica.tracker.namesake(first.member, first.address)
+    if other is not None:
+        # two processes with one name: the master would count either's confirmations as the
+        # member's, and the set would name a member whose log may lack what was acknowledged
+        raise Refused(
+            f"another process is connected as {first.member}, from {other.address} (this one is {first.address or 'unnamed'}): "
+            "every member of a group needs a --node-name of its own"
+        )
     truncate, start = plan_start(theirs, first.end_offset, ours, end, max(0, cl.min_offset))
     if truncate >= 0:
         log.warning("follower %s must cut its log back from %d to %d (histories part there)", first.member, first.end_offset, truncate)

@@ -80,6 +80,16 @@ class ReplicaTracker:
             self.acked_of[f.member] = max(self.acked_of[f.member], f.acked)
         self.refresh()
 
+    def namesake(self, member: str, address: str) -> FollowerLink | None:
+        """A link of another live process with this member's name: one from another address
+        that reported within ``keepalive_s`` (a silent one is a member that moved or restarted
+        elsewhere, whose old stream is not ended yet)."""
+        now = self.clock()
+        for f in self.links.values():
+            if f.member == member and f.address != address and now - f.last_report <= self.keepalive_s:
+                return f
+        return None
+
     def live(self) -> dict[str, FollowerLink]:
         """Each connected member's most advanced link (a member that reconnected counts once)."""
         best: dict[str, FollowerLink] = {}
