@@ -25,6 +25,12 @@ def test_route_role_and_promote_from_the_cli(groups):
     assert r["role"] == "SLAVE" and r["master"] == master.address and r["connected"] is True
     m = json.loads(run("--json", "admin", "role", "--server", master.address).stdout)
     assert m["role"] == "MASTER" and m["mode"] == "SYNC" and m["followers"][0]["member"] == "m1"
+    # every member's status by its name (a user trial: off Kubernetes the names were dialled as
+    # host names, and every member showed as down)
+    status = run("--json", "admin", "status", "--server", master.address)
+    assert status.returncode == 0 and {s["node"] for s in json.loads(status.stdout)} == {"m0", "m1"}, status.stdout
+    one = json.loads(run("--json", "admin", "status", "--node", "m1", "--server", master.address).stdout)
+    assert one["node"] == "m1" and "error" not in one, one
 
     # manual failover: promote the follower, make the old master follow it
     p = json.loads(run("--json", "admin", "promote", "--server", follower.address, "--mode", "SYNC").stdout)

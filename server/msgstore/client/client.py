@@ -864,9 +864,11 @@ class Client(PopCalls):
             address = self.endpoints[0]
         elif ":" in node and node in known_addresses(self.endpoints, list(self._routes.values())):
             address = node  # an address it knows: no route needed (a failover's admin calls must not wait for one)
-        else:
-            found = next((n for n in self.nodes() if node in (n.name, n.address)), None)
-            address = found.address if found else node
+        else:  # a node's name, or a member's (a replica group's members are named apart from it)
+            nodes = self.nodes()
+            found = next((n.address for n in nodes if node in (n.name, n.address)), None)
+            found = found or next((m.address for n in nodes for m in n.members if node == m.name and m.address), None)
+            address = found or node
         return AdminClient(self, address)
 
 
