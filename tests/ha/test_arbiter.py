@@ -119,6 +119,40 @@ def test_members_fail_over_by_themselves_and_lose_nothing_in_sync_mode(groups, e
         client.close()
 
 
+def test_a_send_waits_out_a_failover_while_no_member_answers(groups, etcd):
+    """A user trial: the followers paused a moment when the master died, and sends failed within
+    milliseconds ("failed to connect to all addresses") instead of waiting failover_timeout for
+    the new master: a route nobody answered ended the wait."""
+    g = groups(3, master=SYNC + FAST, follower=FAST, peers=False, arbiter=etcd.url(), failover_after="1")
+    m0, m1, m2 = g.members
+    client = Client([m.address for m in g.members], timeout=3, failover_timeout=30)
+    try:
+        assert client.send("t", b"before").ok
+        for m in (m1, m2):
+            stop(m)
+        m0.kill()
+        started = time.monotonic()
+        resumed = False
+        try:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1) as pool:
+                sent = pool.submit(client.send, "t", b"across")
+                wait_until(lambda: time.monotonic() - started > 2 or sent.done(), what="two seconds with nobody answering")
+                assert not sent.done(), sent.result()  # (not failed at once)
+                for m in (m1, m2):
+                    cont(m)
+                resumed = True
+                assert sent.result(timeout=40).ok
+        finally:
+            if not resumed:
+                for m in (m1, m2):
+                    cont(m)
+        assert etcd.record("g0")["holder"] in ("m1", "m2")
+    finally:
+        client.close()
+
+
 def test_with_the_arbiter_away_the_master_stops_and_nothing_is_elected(groups, etcd):
     """Masters acknowledge only while their lease is valid; nothing is elected without the
     arbiter; once it is back the master renews and goes on, at the same epoch."""

@@ -263,13 +263,22 @@ class AsyncClient(AsyncPopCalls):
                 if time.monotonic() >= deadline or not any(len(n.members) > 1 for n in route.nodes):
                     raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
             await asyncio.sleep(0.1)
-            route = await self.route(topic, refresh=True)
+            try:
+                route = await self.route(topic, refresh=True)
+            except StoreError as e:  # no member answers now: keep the last route until the deadline
+                if e.code not in RETRYABLE or time.monotonic() >= deadline:
+                    raise
 
     async def _await_new_master(self, topic: str, target: QueueRef, deadline: float) -> QueueRef | None:
         if not replicated(await self.route(topic), target):
             return None
         while True:
-            found = on_master(await self.route(topic, refresh=True), target)
+            try:
+                found = on_master(await self.route(topic, refresh=True), target)
+            except StoreError as e:  # no member answers now (paused, restarting): the failover is not over
+                if e.code not in RETRYABLE:
+                    raise
+                found = None
             if found is not None and found.address == target.address and found.address in self._suspects:
                 found = found if await self._answers(found.address) else None  # routes can name a paused master a while
             if found is not None:

@@ -388,7 +388,12 @@ class Client(PopCalls):
         if not replicated(self.route(topic), target):  # the route lists a group's members (every member names them)
             return None
         while True:
-            found = on_master(self.route(topic, refresh=True), target)
+            try:
+                found = on_master(self.route(topic, refresh=True), target)
+            except StoreError as e:  # no member answers now (paused, restarting): the failover is not over
+                if e.code not in RETRYABLE:
+                    raise
+                found = None
             if found is not None and found.address == target.address and found.address in self._suspects:
                 found = found if self._answers(found.address) else None  # routes can name a paused master a while
             if found is not None:
@@ -417,7 +422,11 @@ class Client(PopCalls):
                 if time.monotonic() >= deadline or not any(len(n.members) > 1 for n in route.nodes):
                     raise StoreError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
             time.sleep(0.1)
-            route = self.route(topic, refresh=True)
+            try:
+                route = self.route(topic, refresh=True)
+            except StoreError as e:  # no member answers now: keep the last route until the deadline
+                if e.code not in RETRYABLE or time.monotonic() >= deadline:
+                    raise
 
     # ------------------------------------------------------------------ sending
 
