@@ -101,7 +101,7 @@ def _pending_reason(pod: dict[str, Any]) -> str:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_ERRORS:
-            return f"{waiting['reason']}: {waiting.get('message', '')}".strip()
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip() + _last_words(cs)
     if _age_s(pod.get("metadata", {})) < PENDING_GRACE_S:
         return ""
     scheduled = _condition(pod, "PodScheduled")
@@ -112,6 +112,16 @@ def _pending_reason(pod: dict[str, Any]) -> str:
         if waiting.get("message"):
             return f"{waiting.get('reason')}: {waiting['message']}"
     return ""
+
+
+def _last_words(status: dict[str, Any]) -> str:
+    """What a container that exited in error said last (its termination message: with
+    FallbackToLogsOnError, the tail of its log), as '; it exited N: <line>' ("" when none)."""
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    lines = [line.strip() for line in str(last.get("message") or "").splitlines() if line.strip()]
+    if not lines or not last.get("exitCode"):
+        return ""
+    return f"; it exited {last['exitCode']}: {lines[-1][:400]}"
 
 
 def _unpullable_image(pod: dict[str, Any]) -> str:

@@ -216,6 +216,9 @@ def pod_template(spec: Spec) -> dict[str, Any]:
         "startupProbe": {**grpc_probe, "periodSeconds": 5, "failureThreshold": 360},
         "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5},
         "readinessProbe": {**grpc_probe, "periodSeconds": 5, "failureThreshold": 2, "timeoutSeconds": 3},
+        # a store that cannot start says why in its last log lines: the kubelet keeps them in the
+        # container's lastState, and the operator quotes them in PodsPending
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

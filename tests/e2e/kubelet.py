@@ -122,6 +122,8 @@ class PodRuntime:
     terminated: dict | None = None  # exit of a container that will not be restarted
     last_exit: dict | None = None
     next_restart: float = 0.0
+    backoff: float = 0.5  # the next crash's wait, doubled by each crash soon after a start (the kubelet's, shortened)
+    running_since: float = 0.0
     terminating: bool = False
     volume_sources: dict[str, dict] = field(default_factory=dict)  # mount path -> volume
 
@@ -408,6 +410,7 @@ class Kubelet:
                     )
                     rt.container.env = {k: self._services(v, rt.namespace) for k, v in rt.container.env.items()}
                     rt.container.start()
+                    rt.running_since = time.monotonic()
                     rt.started_at = rt.first_started = now()
                     rt.waiting = None
                     self.history.append(("started", f"{rt.namespace}/{rt.name}"))
@@ -421,15 +424,21 @@ class Kubelet:
                 "finishedAt": now(),
                 "startedAt": rt.started_at,
             }
+            if code != 0 and c.container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+                rt.last_exit["message"] = "\n".join(c.log(2048).splitlines()[-80:])  # the kubelet's: 2 KiB, 80 lines
             policy = spec.get("restartPolicy", "Always")
             if policy == "Always" or (policy == "OnFailure" and code != 0):
                 if rt.next_restart == 0.0:
                     self.history.append(("crashed", f"{rt.namespace}/{rt.name}"))
-                    rt.next_restart = time.monotonic() + 0.5  # a short back-off
+                    if time.monotonic() - rt.running_since > 10:  # it had run well: the back-off starts over
+                        rt.backoff = 0.5
+                    rt.next_restart = time.monotonic() + rt.backoff  # (a container that keeps crashing waits longer each time)
+                    rt.backoff = min(rt.backoff * 2, 8.0)
                 elif time.monotonic() >= rt.next_restart:
                     rt.next_restart = 0.0
                     rt.ready = False
                     c.restart()
+                    rt.running_since = time.monotonic()
                     rt.started_at = now()
                     self.history.append(("restarted", f"{rt.namespace}/{rt.name}"))
             else:

@@ -1246,6 +1246,30 @@ def test_what_an_existing_store_cannot_change_is_refused_at_admission(k8s: K8s, 
         k8s.kubectl("delete", "mstore", name, "-n", NS, "--wait=true")
 
 
+def test_a_store_that_cannot_start_says_why_in_its_status(k8s: K8s, release):
+    """A user trial: a store made again over its kept volumes with another segment size
+    crash-looped, and its status said only 'CrashLoopBackOff: back-off restarting'. The pod's
+    last log lines (FallbackToLogsOnError) are now quoted in PodsPending."""
+    namespace(k8s, NS)
+    k8s.apply(store_doc("again", replicas=1))
+    k8s.wait(lambda: k8s.ready(NS, "again"), 90, "the first store Ready")
+    with client(k8s, NS, "again-0") as c:
+        assert c.send("t", b"its first segment").ok
+    k8s.kubectl("delete", "mstore", "again", "-n", NS, "--wait=true")
+    k8s.wait(lambda: k8s.pod(NS, "again-0") is None, 60, "its pod gone (its claim stays: Retain)")
+    k8s.apply(store_doc("again", replicas=1, store={**SMALL, "mappedFileSizeCommitLog": 131072}))
+    try:
+        k8s.wait(
+            lambda: "differs from the configured segment size 131072" in k8s.condition(NS, "again", "PodsPending").get("message", ""),
+            90,
+            lambda: f"the reason in PodsPending: {k8s.condition(NS, 'again', 'PodsPending')}; the pod: "
+            f"{((k8s.pod(NS, 'again-0') or {}).get('status') or {}).get('containerStatuses')}",
+        )
+    finally:
+        k8s.kubectl("delete", "mstore", "again", "-n", NS, "--wait=true")
+        k8s.kubectl("delete", "pvc", "data-again-0", "-n", NS, "--wait=false", check=False)
+
+
 def test_production_sample_reports_what_it_is_missing(k8s: K8s, release):
     """Fix 5: a Secret nothing created, a StorageClass the cluster lacks and a zone spread no
     node can satisfy all surface as conditions and Events, in Kubernetes' own words."""
