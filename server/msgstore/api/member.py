@@ -143,6 +143,7 @@ class Member:
             admin_token=lambda: admin_token.current() if admin_token else None,
         )
         self.recovery_error: str | None = None
+        self.fatal_error: str | None = None  # the server must stop (serve exits 1, saying this)
         self.ready = threading.Event()
         self.give_up = threading.Event()  # stop waiting for the data directory's lock
         self.health = health.aio.HealthServicer()
@@ -226,6 +227,11 @@ class Member:
         token = TokenSource.of(self.options.data_token) or TokenSource.of(self.options.admin_token)
         return (("authorization", f"Bearer {token.current()}"),) if token else ()
 
+    def _fatal(self, why: str) -> None:
+        """Stop serving, saying why: what only a person can mend (``serve`` exits 1)."""
+        log.error("stopping: %s", why)
+        self.fatal_error = why
+
     def _admin_metadata(self) -> tuple:
         token = TokenSource.of(self.options.admin_token)
         return (("authorization", f"Bearer {token.current()}"),) if token else ()
@@ -258,6 +264,7 @@ class Member:
             address=self.advertise,
             command_role=mine is None,
         )
+        replica.fatal = self._fatal
         if mine is not None and mine.is_master and not replaced and replica.epochs.epoch < mine.epoch:
             replica.epochs.append(mine.epoch, self.store.commitlog.max_offset)
         if mine is not None and mine.lease:

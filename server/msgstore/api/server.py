@@ -446,9 +446,12 @@ async def serve(options: ServerOptions, started: asyncio.Event | None = None) ->
     if server.recovery_error:  # the last line a person sees, after the shutdown's
         print(f"error: store failed to start: {server.recovery_error}", file=sys.stderr)
         return 1
+    if server.fatal_error:
+        print(f"error: {server.fatal_error}", file=sys.stderr)
+        return 1
     return 0
 
 
 async def _watch_failure(server: StoreServer) -> None:
-    while server.recovery_error is None:
+    while server.recovery_error is None and server.fatal_error is None:
         await asyncio.sleep(0.2)

@@ -25,7 +25,7 @@ from ..v1 import ha_pb2 as hpb
 from ..v1 import ha_pb2_grpc as hpbg
 from .chunk import read_chunk
 from .epochs import Epoch
-from .master import epochs_pb
+from .master import NAME_TAKEN, epochs_pb
 
 if TYPE_CHECKING:
     from ..store.dispatch import Dispatcher
@@ -119,6 +119,11 @@ class Follower:
                 raise
             except grpc.aio.AioRpcError as e:
                 log.info("replication stream from %s ended: %s %s", self.master_address, e.code().name, e.details())
+                if e.code() == grpc.StatusCode.FAILED_PRECONDITION and NAME_TAKEN in (e.details() or ""):
+                    log.error("%s refused this member: %s", self.master_address, e.details())
+                    if self.replica.fatal is not None:  # (stopping the server cancels this task)
+                        self.replica.fatal(f"{self.master_address} refused this member: {e.details()}")
+                        return
                 if e.code() == grpc.StatusCode.FAILED_PRECONDITION or attempt >= 2:  # not a master (any more), or gone
                     await self._seek_master()
             except MasterSilent as e:

@@ -19,6 +19,11 @@ KEEPALIVE_S = 1.0  # an empty chunk this often tells an idle follower the master
 CONFIRM_DELAY_S = 0.005  # a confirm offset that moved reaches idle followers this soon
 
 
+# ends a refusal of a second live process with a member's name: that process stops (left
+# retrying, it would get in first whenever the real member's stream broke)
+NAME_TAKEN = "every member of a group needs a --node-name of its own"
+
+
 class Refused(Exception):
     """The stream cannot go on (wrong group, not a master, a follower from the future)."""
 
@@ -86,8 +91,7 @@ async def serve_follower(replica, reports: AsyncIterator[hpb.FollowerReport], wr
         # two processes with one name: the master would count either's confirmations as the
         # member's, and the set would name a member whose log may lack what was acknowledged
         raise Refused(
-            f"another process is connected as {first.member}, from {other.address} (this one is {first.address or 'unnamed'}): "
-            "every member of a group needs a --node-name of its own"
+            f"another process is connected as {first.member}, from {other.address} (this one is {first.address or 'unnamed'}): {NAME_TAKEN}"
         )
     truncate, start = plan_start(theirs, first.end_offset, ours, end, max(0, cl.min_offset))
     if truncate >= 0:

@@ -77,6 +77,7 @@ class Replica:
         self.store = store
         self.node = node
         self.group = group
+        self.fatal: Callable[[str], None] | None = None  # the server stops, saying why (a second process with this name)
         self.address = address
         self.role, self.mode = ROLES[broker_role]
         self.master_address = master_address if self.role == SLAVE else ""
