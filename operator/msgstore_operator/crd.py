@@ -73,8 +73,10 @@ STORAGE_CLASS_RULE = {
 
 
 def fixed_size_rules() -> list[dict[str, str]]:
-    """A store refuses to start on segments of another size than its setting (as RocketMQ's
-    MappedFileQueue.load does): such a change would crash-loop every pod."""
+    """Segments keep the size they were written with: a store refuses commit-log segments of
+    another size (as RocketMQ's MappedFileQueue.load does), so a change crash-loops every pod,
+    and consume-queue files of another size are resized and their queues rebuilt. Nor may the
+    sizes come in through ``extra``, past these rules."""
     rules = []
     for key in sorted(k for k in TYPED_KEYS if KEYS[k].fixed):
         d = KEYS[key].default
@@ -82,8 +84,14 @@ def fixed_size_rules() -> list[dict[str, str]]:
             {
                 "rule": f"(has(self.store) && has(self.store.{key}) ? self.store.{key} : {d}) == "
                 f"(has(oldSelf.store) && has(oldSelf.store.{key}) ? oldSelf.store.{key} : {d})",
-                "message": f"spec.store.{key} cannot change: the store's segments keep the size they were written with, "
-                "and a store refuses to start on segments of another size",
+                "message": f"spec.store.{key} cannot change: segments keep the size they were written with (a store refuses "
+                "commit-log segments of another size; consume queues of another size are rebuilt)",
+            }
+        )
+        rules.append(
+            {
+                "rule": f"!has(self.store) || !has(self.store.extra) || !('{key}' in self.store.extra)",
+                "message": f"spec.store.extra.{key}: set it as spec.store.{key}",
             }
         )
     return rules

@@ -121,7 +121,8 @@ def _last_words(status: dict[str, Any]) -> str:
     lines = [line.strip() for line in str(last.get("message") or "").splitlines() if line.strip()]
     if not lines or not last.get("exitCode"):
         return ""
-    return f"; it exited {last['exitCode']}: {lines[-1][:400]}"
+    reason = f" ({last['reason']})" if last.get("reason") not in (None, "", "Error") else ""  # OOMKilled, say
+    return f"; it exited {last['exitCode']}{reason}: {lines[-1][-400:]}"
 
 
 def _unpullable_image(pod: dict[str, Any]) -> str:

@@ -247,7 +247,7 @@ class Reconciler:
             out.waiting = out.waiting or f"scale-down blocked: {blocker}"  # consumption shows in no Kubernetes event
             return current
         decide.set_condition(conditions, "ScaleDownBlocked", False, "Allowed" if not blocker else "Forced", blocker or "")
-        if blocker:  # spent, as manual-delete is: left on, it would wave every later scale-down through unchecked
+        if FORCE_SCALE_DOWN in annotations:  # spent, as manual-delete is: left on, it would wave every later scale-down through
             out.annotations[FORCE_SCALE_DOWN] = None
         out.events.append(
             ("Normal", "ScaledDown", f"scaling from {current} to {spec.pods} pods" + (f" (forced: {blocker})" if blocker else ""))

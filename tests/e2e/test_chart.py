@@ -1239,6 +1239,8 @@ def test_what_an_existing_store_cannot_change_is_refused_at_admission(k8s: K8s, 
     ):
         out = patch(name, change, kind)
         assert out.returncode != 0 and refused in out.stderr, (change, out.stderr)
+    sneaked = patch("fixed", '{"spec": {"store": {"extra": {"mappedFileSizeCommitLog": "131072"}}}}')  # (past the rules above)
+    assert sneaked.returncode != 0 and "spec.store.extra.mappedFileSizeCommitLog: set it as" in sneaked.stderr, sneaked.stderr
     assert patch("fixed", '{"spec": {"replication": {"replicas": 1}}}').returncode == 0  # one member: still no replication
     assert patch("fixed-ha", '{"spec": {"replication": {"mode": "ASYNC", "inSyncReplicas": 1}}}').returncode == 0
     assert patch("fixed", '{"spec": {"store": {"fileReservedTime": 7}}}').returncode == 0  # other edits pass
@@ -1262,8 +1264,10 @@ def test_a_store_that_cannot_start_says_why_in_its_status(k8s: K8s, release):
         k8s.wait(
             lambda: "differs from the configured segment size 131072" in k8s.condition(NS, "again", "PodsPending").get("message", ""),
             90,
-            lambda: f"the reason in PodsPending: {k8s.condition(NS, 'again', 'PodsPending')}; the pod: "
-            f"{((k8s.pod(NS, 'again-0') or {}).get('status') or {}).get('containerStatuses')}",
+            lambda: (
+                f"the reason in PodsPending: {k8s.condition(NS, 'again', 'PodsPending')}; the pod: "
+                f"{((k8s.pod(NS, 'again-0') or {}).get('status') or {}).get('containerStatuses')}"
+            ),
         )
     finally:
         k8s.kubectl("delete", "mstore", "again", "-n", NS, "--wait=true")

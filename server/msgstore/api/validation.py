@@ -140,7 +140,7 @@ def entry_to_message(entry, index: int, max_body: int, born_host: tuple[str, int
     if entry.tags:
         _no_separators(entry.tags, f"{prefix}.tags")
         if "|" in entry.tags:
-            raise InvalidArgument(f"{prefix}.tags", "must not contain '|': a tag filter splits on it, so no filter could match")
+            raise InvalidArgument(f"{prefix}.tags", "must not contain '|' (a tag filter separates tags with '||'; RocketMQ refuses it too)")
         props[codec.PROP_TAGS] = entry.tags
     if entry.keys:
         for j, k in enumerate(entry.keys):

@@ -87,8 +87,8 @@ KEYS: dict[str, KeySpec] = {
     "fileReservedTime": _k(
         72,
         True,
-        "hours a commit-log segment is kept; 0 keeps none but the one being written, read or not, past the next deleteWhen "
-        "hour (RocketMQ's meaning, not 'forever')",
+        "hours a commit-log segment is kept; 0 keeps none but the one being written past the next deleteWhen hour, "
+        "read or not, unless retentionGuardGroups hold it (RocketMQ's meaning, not 'forever')",
         0,
         typed=True,
     ),
@@ -202,7 +202,7 @@ def json_schema(key: str) -> dict[str, Any]:
         out["pattern"] = spec.pattern
     when = " (applied at the next restart)"
     if spec.fixed:
-        when = " (fixed once the store has written a segment: it refuses to start on segments of another size)"
+        when = " (fixed when the store is made: segments keep the size they were written with)"
     out["description"] = spec.doc[0].upper() + spec.doc[1:] + ("" if spec.hot else when) + "."
     return out
 

@@ -427,7 +427,7 @@ cdef int _check_entry(const uint8_t* base, Entry* e, Py_ssize_t i, Span* keys, P
         if not sep_free(base + e.tags.off, e.tags.len):
             raise invalid(f"entries[{i}].tags", "must not contain the characters \\x01 or \\x02")
         if memchr(base + e.tags.off, 124, e.tags.len) != NULL:
-            raise invalid(f"entries[{i}].tags", "must not contain '|': a tag filter splits on it, so no filter could match")
+            raise invalid(f"entries[{i}].tags", "must not contain '|' (a tag filter separates tags with '||'; RocketMQ refuses it too)")
         plen += 4 + e.tags.len + 2
         e.tags_code = <int32_t>jh_utf8(0, base + e.tags.off, e.tags.len)
     if e.keys_count:
