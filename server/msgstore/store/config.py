@@ -40,7 +40,7 @@ class KeySpec:
     choices: tuple[str, ...] | None = None
     pattern: str | None = None  # for strings, as a JSON Schema pattern (validate() checks the same)
     typed: bool = False  # a field of its own in the MessageStore CRD's spec.store and the chart's store.config
-    fixed: bool = False  # set for good by the first segment written: a store refuses files of another size
+    fixed: bool = False  # fixed when the store is made: segments keep the size they were written with
 
 
 def _k(
