@@ -36,8 +36,8 @@ class Receives(threading.Thread):
         while not self.halted.is_set():
             try:
                 for m in self.consumer.receive(32, 30):
-                    self.got.add(m.body)  # received: an ack whose answer a dying master took may fail when sent again
-                    self.consumer.ack(m)
+                    self.consumer.ack(m)  # (an ack whose answer a dying master took is sent again, and is no error)
+                    self.got.add(m.body)
             except Exception as e:  # what the application would see
                 self.errors.append(f"{type(e).__name__}: {e}")
 

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 BATCH = 256
+ACKS_REMEMBERED = 65_536  # recent acknowledgements an ack sent again is checked against
 REVIVE_ROUND = 64  # checkpoints brought back per lock hold
 FILTER_SCAN_ROUNDS = 4  # reads of one queue per receive while a filter passes over everything (800 units each; under the lock)
 RETRY_S = 5  # a checkpoint that could not be brought back is tried again this much later
@@ -112,6 +114,9 @@ class PopService(ProgressFile):
         self.inflight: dict[int, Checkpoint] = {}  # revive-log offset → checkpoint not finished
         self.heap: list[tuple[int, int]] = []  # (deadline, checkpoint offset)
         self.done = DoneOffsets()
+        # (checkpoint, offset) of the latest acknowledgements, from this run and the log read
+        # since: an ack sent again (its answer lost with a master that died) is answered as done
+        self.acked_recently: OrderedDict[tuple[int, int], None] = OrderedDict()
         self.read_offset = 0
         self.dirty = False
         self.revived = 0
@@ -219,6 +224,10 @@ class PopService(ProgressFile):
 
     def _acked(self, ck_off: int, offset: int, finished: bool = True) -> None:
         """``finished``: acknowledged (not moved to another checkpoint): a FIFO group's next may go."""
+        if finished:
+            self.acked_recently[(ck_off, offset)] = None
+            if len(self.acked_recently) > ACKS_REMEMBERED:
+                self.acked_recently.popitem(last=False)
         ck = self.inflight.get(ck_off)
         if ck is None:
             return
@@ -340,7 +349,9 @@ class PopService(ProgressFile):
                     acks.append((r.checkpoint, r.offset))
                     errors.append("")
                 except ReceiptExpired as e:
-                    errors.append(str(e))
+                    # acknowledged already: saying so again is no error, as in RocketMQ (an ack
+                    # whose answer was lost is sent again, through an access point to a new master)
+                    errors.append("" if (r.checkpoint, r.offset) in self.acked_recently else str(e))
             if acks:
                 self._write([ack_record(acks)])
                 for ck_off, o in acks:
