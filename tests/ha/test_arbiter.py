@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -134,8 +135,6 @@ def test_a_send_waits_out_a_failover_while_no_member_answers(groups, etcd):
         started = time.monotonic()
         resumed = False
         try:
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(1) as pool:
                 sent = pool.submit(client.send, "t", b"across")
                 # longer than a route refresh asking every member in turn (3 s each: a paused member

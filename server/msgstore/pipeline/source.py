@@ -122,12 +122,13 @@ def plan_queues(opts: ReaderOptions) -> list[QueueRange]:
         skipped: list[str] = []
         known = client.topics(skipped=skipped)
         missing = [t for t in opts.topics if t not in known and not is_store_topic(t)]
-        for t in missing:  # a store that checks callers lists only what the caller may use: its refusal, not "no topic"
-            client.queue_offsets(t)
+        # a store that checks callers lists only what the caller may use: asked first, it answers
+        # with its refusal, not "no topic" (and what it answers is planned from below)
+        asked = {t: client.queue_offsets(t) for t in missing}
         if missing and not skipped:  # (a typo read nothing and said nothing; an archive said "nothing new")
             raise OptionError("topics", f"no topic {', '.join(missing)} on any node (msgstore topics list shows them)")
         for topic in opts.topics:
-            offsets = client.queue_offsets(topic)
+            offsets = asked[topic] if topic in asked else client.queue_offsets(topic)
             for q, (lo, hi) in sorted(offsets.items(), key=lambda x: (x[0].node, x[0].queue_id)):
                 start = check_data_loss(opts, topic, q.node, q.queue_id, _resolve_start(opts, client, topic, q, lo, hi), lo)
                 end = _resolve_end(opts, client, topic, q, lo, hi)
